@@ -1,0 +1,86 @@
+// `sluice up`: the whole local stack on one machine, as child processes, stopped together.
+// Redis comes from the PATH unless REDIS_URL is set; the engine simulator runs unless
+// VLLM_URL is set. Components that do not exist yet are named, not faked.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+const cliMain = fileURLToPath(new URL('./main.js', import.meta.url));
+
+interface Started {
+  name: string;
+  child: ChildProcess;
+}
+
+/** Spawns a child and resolves with the first output line matching `ready`. */
+function startChild(name: string, command: string, args: string[], ready: RegExp): Promise<[Started, RegExpMatchArray]> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const tail: string[] = [];
+    let settled = false;
+    for (const stream of [child.stdout!, child.stderr!]) {
+      createInterface({ input: stream }).on('line', (line) => {
+        if (process.env['SLUICE_UP_VERBOSE']) process.stdout.write(`[${name}] ${line}\n`);
+        if (settled) return;
+        tail.push(line);
+        const match = line.match(ready);
+        if (match) {
+          settled = true;
+          resolve([{ name, child }, match]);
+        }
+      });
+    }
+    child.once('error', (err) => {
+      if (!settled) reject(new Error(`${name}: ${err.message}`));
+      settled = true;
+    });
+    child.once('exit', (code, signal) => {
+      if (!settled) reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.slice(-10).join('\n')}`));
+      settled = true;
+    });
+  });
+}
+
+export async function runUp(argv: string[]): Promise<void> {
+  if (argv.length > 0) throw new Error(`up takes no arguments (configure it with the environment; see README)`);
+  const started: Started[] = [];
+  const stopAll = () => {
+    for (const { child } of [...started].reverse()) if (child.exitCode === null) child.kill('SIGTERM');
+  };
+  process.once('SIGINT', stopAll);
+  process.once('SIGTERM', stopAll);
+
+  try {
+    let redisUrl = process.env['REDIS_URL'];
+    if (!redisUrl) {
+      if (spawnSync('redis-server', ['--version']).error)
+        throw new Error('redis-server is not on the PATH: run `npm run setup` (installs it from Debian packages) or set REDIS_URL');
+      const port = process.env['SLUICE_REDIS_PORT'] ?? '6379';
+      const [redis] = await startChild('redis', 'redis-server', ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], /Ready to accept connections/);
+      started.push(redis);
+      redisUrl = `redis://127.0.0.1:${port}`;
+    }
+
+    let engineUrl = process.env['VLLM_URL'];
+    if (!engineUrl) {
+      const port = process.env['SLUICE_ENGINE_PORT'] ?? '8000';
+      const [sim, match] = await startChild('engine-sim', process.execPath, [cliMain, 'engine-sim', '--port', port], /"url":"([^"]+)".*"msg":"engine-sim ready"/);
+      started.push(sim);
+      engineUrl = match[1]!;
+    }
+
+    process.stdout.write(
+      [
+        'sluice up: local stack running (Ctrl-C stops it)',
+        `  redis        ${redisUrl}`,
+        `  engine       ${engineUrl}${process.env['VLLM_URL'] ? '' : '  (engine simulator, homelab profile; metrics at /metrics)'}`,
+        '  gateway      not built yet (issue "The broker"); send requests to the engine directly for now',
+        '  dispatcher   not built yet (issue "The broker")',
+        '',
+      ].join('\n'),
+    );
+    await Promise.race(started.map(({ name, child }) => new Promise<string>((resolve) => child.once('exit', () => resolve(name)))));
+  } finally {
+    stopAll();
+  }
+}

@@ -1,0 +1,163 @@
+// Command line and environment for the simulator: one table, so flags, env names,
+// validation and --help cannot drift apart. Precedence: flag, then env, then profile.
+import { profiles, profileNames, type EngineProfile, type ProfileName } from './profiles.js';
+
+export interface SimOptions extends EngineProfile {
+  profile: ProfileName;
+  host: string;
+  port: number;
+  /** Simulated seconds per wall-clock second. */
+  timeScale: number;
+  /** Expose `vllm:gpu_cache_usage_perc` (vLLM < 0.10) instead of `vllm:kv_cache_usage_perc`. */
+  legacyKvMetric: boolean;
+  /** Wall-clock seconds during which /health answers 503 and requests are refused. */
+  startupDelaySeconds: number;
+}
+
+export class SimConfigError extends Error {
+  readonly code = 'ERR_SIM_CONFIG';
+}
+
+type Kind = 'int' | 'number' | 'bool' | 'string' | 'profile';
+
+interface OptionSpec {
+  flag: string;
+  env: string;
+  key: keyof SimOptions;
+  kind: Kind;
+  min?: number;
+  /** Strictly greater than `min` rather than at least. */
+  exclusiveMin?: boolean;
+  help: string;
+}
+
+const specs: OptionSpec[] = [
+  { flag: 'profile', env: 'SIM_PROFILE', key: 'profile', kind: 'profile', help: `engine profile: ${profileNames.join(', ')}` },
+  { flag: 'host', env: 'HOST', key: 'host', kind: 'string', help: 'address to listen on' },
+  { flag: 'port', env: 'PORT', key: 'port', kind: 'int', min: 0, help: 'port to listen on (0 picks a free one)' },
+  { flag: 'time-scale', env: 'SIM_TIME_SCALE', key: 'timeScale', kind: 'number', min: 0, exclusiveMin: true, help: 'simulated seconds per real second' },
+  { flag: 'model', env: 'SIM_MODEL', key: 'model', kind: 'string', help: 'served model name' },
+  { flag: 'max-num-seqs', env: 'SIM_MAX_NUM_SEQS', key: 'maxNumSeqs', kind: 'int', min: 1, help: 'sequences per batch (vLLM --max-num-seqs)' },
+  { flag: 'max-num-batched-tokens', env: 'SIM_MAX_NUM_BATCHED_TOKENS', key: 'maxNumBatchedTokens', kind: 'int', min: 1, help: 'token budget per scheduler step' },
+  { flag: 'num-gpu-blocks', env: 'SIM_NUM_GPU_BLOCKS', key: 'numGpuBlocks', kind: 'int', min: 1, help: 'KV cache blocks' },
+  { flag: 'block-size', env: 'SIM_BLOCK_SIZE', key: 'blockSize', kind: 'int', min: 1, help: 'tokens per KV block' },
+  { flag: 'max-model-len', env: 'SIM_MAX_MODEL_LEN', key: 'maxModelLen', kind: 'int', min: 1, help: 'prompt + completion limit per request' },
+  { flag: 'step-overhead-seconds', env: 'SIM_STEP_OVERHEAD_SECONDS', key: 'stepOverheadSeconds', kind: 'number', min: 0, help: 'fixed cost of one step (simulated s)' },
+  { flag: 'prefill-tokens-per-second', env: 'SIM_PREFILL_TOKENS_PER_SECOND', key: 'prefillTokensPerSecond', kind: 'number', min: 0, exclusiveMin: true, help: "uncached prefill rate ('inf' for free)" },
+  { flag: 'decode-seconds-per-sequence', env: 'SIM_DECODE_SECONDS_PER_SEQUENCE', key: 'decodeSecondsPerSequence', kind: 'number', min: 0, help: 'step cost per decoding sequence (simulated s)' },
+  { flag: 'output-len-min', env: 'SIM_OUTPUT_LEN_MIN', key: 'outputLenMin', kind: 'int', min: 1, help: 'shortest natural answer, tokens' },
+  { flag: 'output-len-max', env: 'SIM_OUTPUT_LEN_MAX', key: 'outputLenMax', kind: 'int', min: 1, help: 'longest natural answer, tokens' },
+  { flag: 'legacy-kv-metric', env: 'SIM_LEGACY_KV_METRIC', key: 'legacyKvMetric', kind: 'bool', help: 'name KV usage vllm:gpu_cache_usage_perc (vLLM < 0.10)' },
+  { flag: 'startup-delay-seconds', env: 'SIM_STARTUP_DELAY_SECONDS', key: 'startupDelaySeconds', kind: 'number', min: 0, help: 'wall-clock seconds of /health 503 after start' },
+];
+
+const serverDefaults = {
+  host: '127.0.0.1',
+  port: 8000,
+  timeScale: 1,
+  legacyKvMetric: false,
+  startupDelaySeconds: 0,
+};
+
+function convert(spec: OptionSpec, raw: string, source: string): unknown {
+  const bad = (allowed: string) =>
+    new SimConfigError(`${source}=${JSON.stringify(raw)} is invalid: expected ${allowed}`);
+  switch (spec.kind) {
+    case 'string':
+      if (raw.trim() === '') throw bad('a non-empty string');
+      return raw;
+    case 'profile':
+      if (!(profileNames as string[]).includes(raw)) throw bad(`one of ${profileNames.join(', ')}`);
+      return raw;
+    case 'bool':
+      if (['1', 'true', 'yes', 'on', ''].includes(raw)) return true;
+      if (['0', 'false', 'no', 'off'].includes(raw)) return false;
+      throw bad('true or false');
+    case 'int':
+    case 'number': {
+      const value = /^[+]?inf(inity)?$/i.test(raw) ? Number.POSITIVE_INFINITY : Number(raw);
+      const min = spec.min ?? Number.NEGATIVE_INFINITY;
+      const allowed =
+        (spec.kind === 'int' ? 'an integer' : 'a number') +
+        (spec.min === undefined ? '' : spec.exclusiveMin ? ` > ${min}` : ` >= ${min}`);
+      if (raw.trim() === '' || Number.isNaN(value)) throw bad(allowed);
+      if (spec.kind === 'int' && !Number.isInteger(value)) throw bad(allowed);
+      if (spec.exclusiveMin ? value <= min : value < min) throw bad(allowed);
+      return value;
+    }
+  }
+}
+
+/** Parses `--flag value`, `--flag=value` and bare boolean flags. */
+function readFlags(argv: readonly string[]): Map<string, string> {
+  const flags = new Map<string, string>();
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--')) throw new SimConfigError(`unexpected argument ${JSON.stringify(arg)}`);
+    const eq = arg.indexOf('=');
+    const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
+    const spec = specs.find((s) => s.flag === name);
+    if (!spec) throw new SimConfigError(`unknown flag --${name} (see --help)`);
+    if (eq !== -1) flags.set(name, arg.slice(eq + 1));
+    else if (spec.kind === 'bool' && (argv[i + 1] === undefined || argv[i + 1]!.startsWith('--')))
+      flags.set(name, 'true');
+    else {
+      const value = argv[i + 1];
+      if (value === undefined) throw new SimConfigError(`--${name} needs a value`);
+      flags.set(name, value);
+      i += 1;
+    }
+  }
+  return flags;
+}
+
+export function parseSimOptions(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): SimOptions {
+  const flags = readFlags(argv);
+  const pick = (spec: OptionSpec): [string, string] | undefined => {
+    const flag = flags.get(spec.flag);
+    if (flag !== undefined) return [flag, `--${spec.flag}`];
+    const fromEnv = env[spec.env];
+    if (fromEnv !== undefined && fromEnv !== '') return [fromEnv, spec.env];
+    return undefined;
+  };
+  const profileSpec = specs[0]!;
+  const chosen = pick(profileSpec);
+  const profile = (chosen ? convert(profileSpec, ...chosen) : 'homelab') as ProfileName;
+  const options: SimOptions = { ...profiles[profile], ...serverDefaults, profile };
+  for (const spec of specs.slice(1)) {
+    const raw = pick(spec);
+    if (raw) (options as unknown as Record<string, unknown>)[spec.key] = convert(spec, ...raw);
+  }
+  if (options.outputLenMin > options.outputLenMax)
+    throw new SimConfigError(
+      `output-len-min ${options.outputLenMin} is above output-len-max ${options.outputLenMax}`,
+    );
+  const kvTokens = options.numGpuBlocks * options.blockSize;
+  if (options.maxModelLen > kvTokens)
+    // vLLM refuses to start in this case too: one full-length sequence must fit the cache.
+    throw new SimConfigError(
+      `max-model-len ${options.maxModelLen} exceeds the KV cache (${options.numGpuBlocks} blocks x ${options.blockSize} = ${kvTokens} tokens)`,
+    );
+  return options;
+}
+
+export function simHelp(): string {
+  const base = profiles.homelab as EngineProfile;
+  const defaults: Record<string, unknown> = { ...base, ...serverDefaults, profile: 'homelab' };
+  const lines = specs.map((s) => {
+    const left = `  --${s.flag}${s.kind === 'bool' ? '' : ' <value>'}`;
+    return `${left.padEnd(40)} ${s.help} [${s.env}; default ${String(defaults[s.key])}]`;
+  });
+  return [
+    'Usage: sluice engine-sim [flags]',
+    '',
+    'A vLLM-compatible engine simulator. Profile values are defaults; flags override env.',
+    'Defaults shown are the homelab profile; other profiles change the engine numbers.',
+    '',
+    ...lines,
+    '  --help                                   print this help',
+  ].join('\n');
+}

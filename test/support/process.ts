@@ -1,0 +1,89 @@
+// Starts a real child process and resolves once it prints a line matching `ready`.
+// Readiness is an event the process reports, never a sleep.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+
+export interface StartedProcess {
+  readonly child: ChildProcess;
+  /** The match of the `ready` pattern. */
+  readonly ready: RegExpMatchArray;
+  /** Every line the process wrote so far (stdout and stderr), for assertions and failures. */
+  readonly output: string[];
+  /** Resolves with the first line matching `pattern` written after this call (or already written). */
+  waitForLine(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
+  /** Sends `signal` and resolves when the process has exited. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export interface StartOptions {
+  command: string;
+  args?: string[];
+  env?: Record<string, string | undefined>;
+  cwd?: string;
+  ready: RegExp;
+  timeoutMs?: number;
+}
+
+export async function startProcess(options: StartOptions): Promise<StartedProcess> {
+  const child = spawn(options.command, options.args ?? [], {
+    cwd: options.cwd,
+    env: { ...process.env, ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const output: string[] = [];
+  const watchers = new Set<{ pattern: RegExp; resolve: (m: RegExpMatchArray) => void }>();
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+
+  for (const stream of [child.stdout, child.stderr]) {
+    createInterface({ input: stream! }).on('line', (line) => {
+      output.push(line);
+      for (const watcher of watchers) {
+        const match = line.match(watcher.pattern);
+        if (match) {
+          watchers.delete(watcher);
+          watcher.resolve(match);
+        }
+      }
+    });
+  }
+
+  function waitForLine(pattern: RegExp, timeoutMs = options.timeoutMs ?? 20_000) {
+    for (const line of output) {
+      const match = line.match(pattern);
+      if (match) return Promise.resolve(match);
+    }
+    return new Promise<RegExpMatchArray>((resolve, reject) => {
+      const watcher = {
+        pattern,
+        resolve: (m: RegExpMatchArray) => {
+          clearTimeout(timer);
+          resolve(m);
+        },
+      };
+      const fail = (why: string) => {
+        watchers.delete(watcher);
+        clearTimeout(timer);
+        reject(new Error(`${options.command} ${why} before printing ${pattern}:\n${output.join('\n')}`));
+      };
+      const timer = setTimeout(() => fail(`did not print within ${timeoutMs} ms`), timeoutMs);
+      watchers.add(watcher);
+      void exited.then(() => {
+        if (watchers.has(watcher)) fail(`exited (${child.exitCode ?? child.signalCode})`);
+      });
+    });
+  }
+
+  async function stop(signal: NodeJS.Signals = 'SIGTERM') {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    child.kill(signal);
+    await exited;
+  }
+
+  try {
+    const ready = await waitForLine(options.ready);
+    return { child, ready, output, waitForLine, stop };
+  } catch (err) {
+    await stop('SIGKILL');
+    throw err;
+  }
+}
