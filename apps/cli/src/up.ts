@@ -7,6 +7,11 @@ import { fileURLToPath } from 'node:url';
 
 const cliMain = fileURLToPath(new URL('./main.js', import.meta.url));
 
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
 interface Started {
   name: string;
   child: ChildProcess;
@@ -79,8 +84,11 @@ export async function runUp(argv: string[]): Promise<void> {
         '',
       ].join('\n'),
     );
-    await Promise.race(started.map(({ name, child }) => new Promise<string>((resolve) => child.once('exit', () => resolve(name)))));
+    await Promise.race(started.map(({ child }) => exited(child)));
   } finally {
     stopAll();
+    // Return only once every component is gone, so a supervisor that saw `up` exit can
+    // reuse the ports at once.
+    await Promise.all(started.map(({ child }) => exited(child)));
   }
 }

@@ -40,9 +40,15 @@ export class EngineLoop {
     private readonly timeScale: number,
   ) {}
 
-  /** Arrival time for a request entering now: never before the engine's own present. */
+  /**
+   * Simulated arrival time of a request entering now. While the loop is catching up on
+   * steps whose end has already passed (the simulator is CPU bound, as with the instant
+   * profile, whose steps take no simulated time at all), the engine's present is the end of
+   * its last step, and a request arriving now joins the very next step.
+   */
   arrivalTime(): number {
-    return Math.max(this.clock.now(), this.cursor);
+    const catchingUp = this.immediate !== undefined && this.current === undefined;
+    return catchingUp ? this.cursor : Math.max(this.clock.now(), this.cursor);
   }
 
   /** Call after adding work to the scheduler. */

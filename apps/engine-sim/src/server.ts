@@ -33,6 +33,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
     logger: { level: process.env['LOG_LEVEL'] ?? 'info' },
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 64 * 1024 * 1024,
+    // The simulator stops at once, like an engine process killed by its supervisor:
+    // open streams are cut rather than drained.
+    forceCloseConnections: true,
   });
   const engine = new Engine(options);
   const metrics = createMetricsRenderer(engine);
@@ -92,6 +95,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
 
       // vLLM's StreamingResponse sends the head at once; body bytes start with the first token.
       res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+      res.flushHeaders();
       const dropAfter = faults.dropStreamAfterTokens;
       handle = engine.submit({
         id: writer.id,
@@ -103,7 +107,11 @@ export function createEngineSim(options: SimOptions): EngineSim {
           const last = index + 1 === plan.outputTokens;
           out += `data: ${writer.tokenChunk(nextText(), last ? plan.finishReason : null)}\n\n`;
           res.write(out);
-          if (dropAfter !== null && index + 1 >= dropAfter && !last) res.destroy();
+          if (dropAfter !== null && index + 1 >= dropAfter && !last) {
+            // Flush what was written, then close the connection mid-answer.
+            handle?.abort();
+            res.socket?.destroySoon();
+          }
         },
         onFinish: () => {
           done = true;

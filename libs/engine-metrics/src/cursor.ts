@@ -37,7 +37,9 @@ export function describeAt(text: string, pos: number): string {
   if (pos >= text.length) return 'end of input';
   if (isLineEnd(text, pos)) return 'end of line';
   const cp = text.codePointAt(pos) ?? 0;
-  return `'${JSON.stringify(String.fromCodePoint(cp)).slice(1, -1)}'`;
+  const char = String.fromCodePoint(cp);
+  // Control characters are shown escaped ('\r', '\u0001'); everything else as itself.
+  return `'${cp < 32 || cp === 127 ? JSON.stringify(char).slice(1, -1) : char}'`;
 }
 
 /** A token quoted for an error message, cut short if long. */

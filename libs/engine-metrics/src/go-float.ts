@@ -13,8 +13,8 @@ const E_UPPER = 69;
 
 /** 10^0 … 10^22: every one is exact in a double, so one multiply or divide rounds once. */
 const POW10 = [
-  1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-  1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+  1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+  1e18, 1e19, 1e20, 1e21, 1e22,
 ];
 
 /** The value of `text[start, end)` as Go would parse it, or `undefined` if Go would refuse it. */

@@ -19,7 +19,10 @@ export function readLabelSet(cur: Cursor, metricName: string): Record<string, st
     const nameEnd = scanLabelName(text, start);
     if (nameEnd === start) {
       if (isLineEnd(text, start)) fail(cur, `unterminated label set of sample "${metricName}"`);
-      fail(cur, `expected a label name or '}' in sample "${metricName}", found ${describeAt(text, start)}`);
+      fail(
+        cur,
+        `expected a label name or '}' in sample "${metricName}", found ${describeAt(text, start)}`,
+      );
     }
     const name = text.slice(start, nameEnd);
     cur.pos = nameEnd;
@@ -30,14 +33,24 @@ export function readLabelSet(cur: Cursor, metricName: string): Record<string, st
     cur.pos++;
     skipBlanks(cur);
     if (text.charCodeAt(cur.pos) !== QUOTE) {
-      fail(cur, `expected '"' to open the value of label "${name}", found ${describeAt(text, cur.pos)}`);
+      fail(
+        cur,
+        `expected '"' to open the value of label "${name}", found ${describeAt(text, cur.pos)}`,
+      );
     }
     cur.pos++;
     const value = readLabelValue(cur, name);
-    if (Object.hasOwn(labels, name)) fail(cur, `duplicate label "${name}" in sample "${metricName}"`);
+    if (Object.hasOwn(labels, name)) {
+      fail(cur, `duplicate label "${name}" in sample "${metricName}"`);
+    }
     if (name === '__proto__') {
       // A plain assignment would set the object's prototype instead.
-      Object.defineProperty(labels, name, { value, enumerable: true, writable: true, configurable: true });
+      Object.defineProperty(labels, name, {
+        value,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
     } else {
       labels[name] = value;
     }
@@ -48,8 +61,13 @@ export function readLabelSet(cur: Cursor, metricName: string): Record<string, st
     } else if (c === RBRACE) {
       cur.pos++;
       return labels;
+    } else if (isLineEnd(text, cur.pos)) {
+      fail(cur, `unterminated label set of sample "${metricName}"`);
     } else {
-      fail(cur, `expected ',' or '}' after the value of label "${name}", found ${describeAt(text, cur.pos)}`);
+      fail(
+        cur,
+        `expected ',' or '}' after the value of label "${name}", found ${describeAt(text, cur.pos)}`,
+      );
     }
   }
 }
@@ -69,6 +87,7 @@ export function readLabelValue(cur: Cursor, labelName: string): string {
       return text.slice(start, pos);
     }
     if (c === BACKSLASH) return readEscapedLabelValue(cur, start, pos, labelName);
+    // c !== c: charCodeAt past the end is NaN.
     if (c === LF || c !== c) fail(cur, `unterminated value of label "${labelName}"`);
     pos++;
   }
@@ -88,12 +107,7 @@ function readEscapedLabelValue(cur: Cursor, start: number, backslash: number, la
     }
     if (c === BACKSLASH) {
       out += text.slice(chunk, pos);
-      const next = text.charCodeAt(pos + 1);
-      if (next === BACKSLASH) out += '\\';
-      else if (next === QUOTE) out += '"';
-      else if (next === LOWER_N) out += '\n';
-      else if (next === LF || next !== next) fail(cur, `unterminated value of label "${labelName}"`);
-      else fail(cur, `invalid escape ${escapeName(text, pos + 1)} in the value of label "${labelName}"`);
+      out += unescapeLabelChar(cur, pos + 1, labelName);
       pos += 2;
       chunk = pos;
       continue;
@@ -106,4 +120,17 @@ function readEscapedLabelValue(cur: Cursor, start: number, backslash: number, la
 /** `'\x'` for the escape whose second character is at `pos`. */
 export function escapeName(text: string, pos: number): string {
   return `'\\${String.fromCodePoint(text.codePointAt(pos) ?? 0)}'`;
+}
+
+/** What the escape whose second character is at `pos` stands for. */
+function unescapeLabelChar(cur: Cursor, pos: number, labelName: string): string {
+  const next = cur.text.charCodeAt(pos);
+  if (next === BACKSLASH) return '\\';
+  if (next === QUOTE) return '"';
+  if (next === LOWER_N) return '\n';
+  if (next === LF || next !== next) fail(cur, `unterminated value of label "${labelName}"`);
+  return fail(
+    cur,
+    `invalid escape ${escapeName(cur.text, pos)} in the value of label "${labelName}"`,
+  );
 }

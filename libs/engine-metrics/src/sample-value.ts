@@ -13,7 +13,8 @@ export function sampleValue(
   search: for (const sample of exposition.samples) {
     if (sample.name !== name) continue;
     for (const key of keys) {
-      if (!Object.hasOwn(sample.labels, key) || sample.labels[key] !== match?.[key]) continue search;
+      if (!Object.hasOwn(sample.labels, key) || sample.labels[key] !== match?.[key])
+        continue search;
     }
     return sample.value;
   }

@@ -11,7 +11,8 @@ export function readTimestamp(cur: Cursor, start: number, end: number, name: str
   let i = start;
   const sign = text.charCodeAt(i);
   if (sign === PLUS || sign === MINUS) i++;
-  if (i === end) fail(cur, `invalid timestamp ${quote(text.slice(start, end))} for sample "${name}"`);
+  if (i === end)
+    fail(cur, `invalid timestamp ${quote(text.slice(start, end))} for sample "${name}"`);
   let value = 0;
   for (; i < end; i++) {
     const c = text.charCodeAt(i);

@@ -1,0 +1,60 @@
+// The `sluice` command as a user runs it.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { freePort, sluiceBin, startProcess } from '@sluice/test/support';
+import { describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+
+async function sluice(args: string[]) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [sluiceBin, ...args]);
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe('sluice command', () => {
+  it('prints usage with the commands', async () => {
+    const { code, stdout } = await sluice(['--help']);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/up\s+run a local stack/);
+    expect(stdout).toMatch(/engine-sim/);
+  });
+
+  it('refuses an unknown command with exit 2', async () => {
+    const { code, stderr } = await sluice(['launch']);
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/unknown command "launch"/);
+  });
+
+  it('prints engine-sim --help with flags and defaults', async () => {
+    const { code, stdout } = await sluice(['engine-sim', '--help']);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/--profile <value>.*default homelab/);
+  });
+
+  it('stops engine-sim on a bad value with one line naming it and exit 2', async () => {
+    const { code, stderr } = await sluice(['engine-sim', '--max-num-seqs', '-1']);
+    expect(code).toBe(2);
+    expect(stderr.trim().split('\n')).toEqual(['sluice engine-sim: --max-num-seqs="-1" is invalid: expected an integer >= 1']);
+  });
+
+  it('up starts redis-server and the simulator, says where they listen, and stops them on SIGTERM', async () => {
+    const [redisPort, enginePort] = [await freePort(), await freePort()];
+    const up = await startProcess({
+      command: process.execPath,
+      args: [sluiceBin, 'up'],
+      env: { SLUICE_REDIS_PORT: String(redisPort), SLUICE_ENGINE_PORT: String(enginePort), REDIS_URL: '', VLLM_URL: '' },
+      ready: /^\s+dispatcher/,
+    });
+    expect(up.output.join('\n')).toContain(`redis        redis://127.0.0.1:${redisPort}`);
+    expect(up.output.join('\n')).toContain(`engine       http://127.0.0.1:${enginePort}`);
+    const models = (await (await fetch(`http://127.0.0.1:${enginePort}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    expect(models.data[0]!.id).toBe('reasoning');
+    await up.stop('SIGTERM');
+    await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
+  });
+});
