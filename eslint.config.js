@@ -12,11 +12,20 @@ export default tseslint.config(
       globals: { process: 'readonly', console: 'readonly', URL: 'readonly' },
     },
     rules: {
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_' },
+      ],
       'no-restricted-syntax': [
         'error',
-        { selector: "CallExpression[callee.property.name='only']", message: 'No focused tests on main.' },
-        { selector: "CallExpression[callee.property.name='skip']", message: 'No skipped tests on main.' },
+        {
+          selector: "CallExpression[callee.property.name='only']",
+          message: 'No focused tests on main.',
+        },
+        {
+          selector: "CallExpression[callee.property.name='skip']",
+          message: 'No skipped tests on main.',
+        },
       ],
     },
   },

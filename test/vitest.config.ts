@@ -1,4 +1,7 @@
 import { defineConfig, mergeConfig } from 'vitest/config';
 import shared from '../vitest.shared.ts';
 
-export default mergeConfig(shared, defineConfig({ test: { include: ['e2e/**/*.test.ts', 'support/**/*.test.ts'] } }));
+export default mergeConfig(
+  shared,
+  defineConfig({ test: { include: ['e2e/**/*.test.ts', 'support/**/*.test.ts'] } }),
+);

@@ -9,14 +9,25 @@ export interface TestEngineSim {
   readonly url: string;
   readonly process: StartedProcess;
   /** GET /sim/state */
-  state(): Promise<Record<string, unknown> & { running: number; waiting: number; usedBlocks: number; kvUsage: number; peakRequests: number }>;
+  state(): Promise<
+    Record<string, unknown> & {
+      running: number;
+      waiting: number;
+      usedBlocks: number;
+      kvUsage: number;
+      peakRequests: number;
+    }
+  >;
   /** PUT /sim/faults */
   setFaults(patch: Record<string, unknown>): Promise<Response>;
   metricsText(): Promise<string>;
   stop(): Promise<void>;
 }
 
-export async function startEngineSim(args: string[] = [], env: Record<string, string> = {}): Promise<TestEngineSim> {
+export async function startEngineSim(
+  args: string[] = [],
+  env: Record<string, string> = {},
+): Promise<TestEngineSim> {
   const proc = await startProcess({
     command: process.execPath,
     args: [sluiceBin, 'engine-sim', '--port', '0', ...args],
@@ -32,7 +43,11 @@ export async function startEngineSim(args: string[] = [], env: Record<string, st
       return (await res.json()) as Awaited<ReturnType<TestEngineSim['state']>>;
     },
     setFaults: (patch) =>
-      fetch(`${url}/sim/faults`, { method: 'PUT', headers: { 'content-type': 'application/json' }, body: JSON.stringify(patch) }),
+      fetch(`${url}/sim/faults`, {
+        method: 'PUT',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(patch),
+      }),
     async metricsText() {
       return (await fetch(`${url}/metrics`)).text();
     },
@@ -41,7 +56,11 @@ export async function startEngineSim(args: string[] = [], env: Record<string, st
 }
 
 /** Re-evaluates `check` after each macrotask until it holds; for state another process owns. */
-export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, what: string, timeoutMs = 10_000): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined> | T | undefined,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

@@ -1,4 +1,10 @@
 export { startProcess, type StartedProcess, type StartOptions } from './process.ts';
 export { freePort } from './ports.ts';
 export { startRedis, type TestRedis } from './redis.ts';
-export { startEngineSim, eventually, repoRoot, sluiceBin, type TestEngineSim } from './engine-sim.ts';
+export {
+  startEngineSim,
+  eventually,
+  repoRoot,
+  sluiceBin,
+  type TestEngineSim,
+} from './engine-sim.ts';

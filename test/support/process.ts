@@ -63,7 +63,9 @@ export async function startProcess(options: StartOptions): Promise<StartedProces
       const fail = (why: string) => {
         watchers.delete(watcher);
         clearTimeout(timer);
-        reject(new Error(`${options.command} ${why} before printing ${pattern}:\n${output.join('\n')}`));
+        reject(
+          new Error(`${options.command} ${why} before printing ${pattern}:\n${output.join('\n')}`),
+        );
       };
       const timer = setTimeout(() => fail(`did not print within ${timeoutMs} ms`), timeoutMs);
       watchers.add(watcher);

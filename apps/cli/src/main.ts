@@ -26,7 +26,9 @@ async function main(argv: string[]): Promise<void> {
     case 'gateway':
     case 'dispatcher':
     case 'status':
-      process.stderr.write(`sluice ${command}: not built yet; this workspace so far has the engine simulator (see README)\n`);
+      process.stderr.write(
+        `sluice ${command}: not built yet; this workspace so far has the engine simulator (see README)\n`,
+      );
       process.exitCode = 2;
       return;
     case undefined:

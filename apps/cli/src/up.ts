@@ -18,7 +18,12 @@ interface Started {
 }
 
 /** Spawns a child and resolves with the first output line matching `ready`. */
-function startChild(name: string, command: string, args: string[], ready: RegExp): Promise<[Started, RegExpMatchArray]> {
+function startChild(
+  name: string,
+  command: string,
+  args: string[],
+  ready: RegExp,
+): Promise<[Started, RegExpMatchArray]> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     const tail: string[] = [];
@@ -40,17 +45,24 @@ function startChild(name: string, command: string, args: string[], ready: RegExp
       settled = true;
     });
     child.once('exit', (code, signal) => {
-      if (!settled) reject(new Error(`${name} exited (${code ?? signal}) before it was ready:\n${tail.slice(-10).join('\n')}`));
+      if (!settled)
+        reject(
+          new Error(
+            `${name} exited (${code ?? signal}) before it was ready:\n${tail.slice(-10).join('\n')}`,
+          ),
+        );
       settled = true;
     });
   });
 }
 
 export async function runUp(argv: string[]): Promise<void> {
-  if (argv.length > 0) throw new Error(`up takes no arguments (configure it with the environment; see README)`);
+  if (argv.length > 0)
+    throw new Error(`up takes no arguments (configure it with the environment; see README)`);
   const started: Started[] = [];
   const stopAll = () => {
-    for (const { child } of [...started].reverse()) if (child.exitCode === null) child.kill('SIGTERM');
+    for (const { child } of [...started].reverse())
+      if (child.exitCode === null) child.kill('SIGTERM');
   };
   process.once('SIGINT', stopAll);
   process.once('SIGTERM', stopAll);
@@ -59,9 +71,16 @@ export async function runUp(argv: string[]): Promise<void> {
     let redisUrl = process.env['REDIS_URL'];
     if (!redisUrl) {
       if (spawnSync('redis-server', ['--version']).error)
-        throw new Error('redis-server is not on the PATH: run `npm run setup` (installs it from Debian packages) or set REDIS_URL');
+        throw new Error(
+          'redis-server is not on the PATH: run `npm run setup` (installs it from Debian packages) or set REDIS_URL',
+        );
       const port = process.env['SLUICE_REDIS_PORT'] ?? '6379';
-      const [redis] = await startChild('redis', 'redis-server', ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], /Ready to accept connections/);
+      const [redis] = await startChild(
+        'redis',
+        'redis-server',
+        ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+        /Ready to accept connections/,
+      );
       started.push(redis);
       redisUrl = `redis://127.0.0.1:${port}`;
     }
@@ -69,7 +88,12 @@ export async function runUp(argv: string[]): Promise<void> {
     let engineUrl = process.env['VLLM_URL'];
     if (!engineUrl) {
       const port = process.env['SLUICE_ENGINE_PORT'] ?? '8000';
-      const [sim, match] = await startChild('engine-sim', process.execPath, [cliMain, 'engine-sim', '--port', port], /"url":"([^"]+)".*"msg":"engine-sim ready"/);
+      const [sim, match] = await startChild(
+        'engine-sim',
+        process.execPath,
+        [cliMain, 'engine-sim', '--port', port],
+        /"url":"([^"]+)".*"msg":"engine-sim ready"/,
+      );
       started.push(sim);
       engineUrl = match[1]!;
     }

@@ -39,7 +39,9 @@ describe('sluice command', () => {
   it('stops engine-sim on a bad value with one line naming it and exit 2', async () => {
     const { code, stderr } = await sluice(['engine-sim', '--max-num-seqs', '-1']);
     expect(code).toBe(2);
-    expect(stderr.trim().split('\n')).toEqual(['sluice engine-sim: --max-num-seqs="-1" is invalid: expected an integer >= 1']);
+    expect(stderr.trim().split('\n')).toEqual([
+      'sluice engine-sim: --max-num-seqs="-1" is invalid: expected an integer >= 1',
+    ]);
   });
 
   it('up starts redis-server and the simulator, says where they listen, and stops them on SIGTERM', async () => {
@@ -47,12 +49,19 @@ describe('sluice command', () => {
     const up = await startProcess({
       command: process.execPath,
       args: [sluiceBin, 'up'],
-      env: { SLUICE_REDIS_PORT: String(redisPort), SLUICE_ENGINE_PORT: String(enginePort), REDIS_URL: '', VLLM_URL: '' },
+      env: {
+        SLUICE_REDIS_PORT: String(redisPort),
+        SLUICE_ENGINE_PORT: String(enginePort),
+        REDIS_URL: '',
+        VLLM_URL: '',
+      },
       ready: /^\s+dispatcher/,
     });
     expect(up.output.join('\n')).toContain(`redis        redis://127.0.0.1:${redisPort}`);
     expect(up.output.join('\n')).toContain(`engine       http://127.0.0.1:${enginePort}`);
-    const models = (await (await fetch(`http://127.0.0.1:${enginePort}/v1/models`)).json()) as { data: Array<{ id: string }> };
+    const models = (await (await fetch(`http://127.0.0.1:${enginePort}/v1/models`)).json()) as {
+      data: Array<{ id: string }>;
+    };
     expect(models.data[0]!.id).toBe('reasoning');
     await up.stop('SIGTERM');
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();

@@ -23,10 +23,16 @@ export const defaultFaults: Faults = {
 const isNonNegative = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
 
 const validators: { [K in keyof Faults]: [(v: unknown) => boolean, string] } = {
-  metrics: [(v) => v === 'ok' || v === 'error' || v === 'slow' || v === 'not-vllm', "one of 'ok', 'error', 'slow', 'not-vllm'"],
+  metrics: [
+    (v) => v === 'ok' || v === 'error' || v === 'slow' || v === 'not-vllm',
+    "one of 'ok', 'error', 'slow', 'not-vllm'",
+  ],
   metricsDelayMs: [isNonNegative, 'a number >= 0'],
   errorRate: [(v) => isNonNegative(v) && (v as number) <= 1, 'a number from 0 to 1'],
-  dropStreamAfterTokens: [(v) => v === null || (Number.isInteger(v) && (v as number) >= 0), 'null or an integer >= 0'],
+  dropStreamAfterTokens: [
+    (v) => v === null || (Number.isInteger(v) && (v as number) >= 0),
+    'null or an integer >= 0',
+  ],
   ready: [(v) => typeof v === 'boolean', 'a boolean'],
 };
 
@@ -37,8 +43,12 @@ export function patchFaults(current: Faults, patch: unknown): Faults {
   const next = { ...current };
   for (const [key, value] of Object.entries(patch)) {
     const validator = validators[key as keyof Faults];
-    if (!validator) throw new Error(`unknown fault ${JSON.stringify(key)}; known: ${Object.keys(validators).join(', ')}`);
-    if (!validator[0](value)) throw new Error(`fault ${key} must be ${validator[1]}, got ${JSON.stringify(value)}`);
+    if (!validator)
+      throw new Error(
+        `unknown fault ${JSON.stringify(key)}; known: ${Object.keys(validators).join(', ')}`,
+      );
+    if (!validator[0](value))
+      throw new Error(`fault ${key} must be ${validator[1]}, got ${JSON.stringify(value)}`);
     (next as Record<string, unknown>)[key] = value;
   }
   return next;

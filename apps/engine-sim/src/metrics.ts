@@ -29,8 +29,17 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
     ['num_cpu_blocks', 'None'],
     ['engine', '0'],
   ]);
-  const finishedLabel = (reason: string) => labelText([['model_name', options.model], ['engine', '0'], ['finished_reason', reason]]);
-  const finishedLabels = { stop: finishedLabel('stop'), length: finishedLabel('length'), abort: finishedLabel('abort') };
+  const finishedLabel = (reason: string) =>
+    labelText([
+      ['model_name', options.model],
+      ['engine', '0'],
+      ['finished_reason', reason],
+    ]);
+  const finishedLabels = {
+    stop: finishedLabel('stop'),
+    length: finishedLabel('length'),
+    abort: finishedLabel('abort'),
+  };
   const created = goFloat(engine.clock.startedAtEpoch);
   const kvName = options.legacyKvMetric ? 'vllm:gpu_cache_usage_perc' : 'vllm:kv_cache_usage_perc';
   const kvHelp = options.legacyKvMetric
@@ -40,24 +49,65 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
   return {
     render() {
       const w = new ExpositionWriter(created);
-      w.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', labels, scheduler.running.length);
-      w.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', labels, scheduler.waiting.length);
+      w.gauge(
+        'vllm:num_requests_running',
+        'Number of requests in model execution batches.',
+        labels,
+        scheduler.running.length,
+      );
+      w.gauge(
+        'vllm:num_requests_waiting',
+        'Number of requests waiting to be processed.',
+        labels,
+        scheduler.waiting.length,
+      );
       w.gauge(kvName, kvHelp, labels, scheduler.kvUsage);
-      w.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', [[labels, scheduler.preemptions]]);
-      w.counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', [[labels, stats.promptTokens]]);
-      w.counter('vllm:generation_tokens', 'Number of generation tokens processed.', [[labels, stats.generationTokens]]);
+      w.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', [
+        [labels, scheduler.preemptions],
+      ]);
+      w.counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', [
+        [labels, stats.promptTokens],
+      ]);
+      w.counter('vllm:generation_tokens', 'Number of generation tokens processed.', [
+        [labels, stats.generationTokens],
+      ]);
       w.counter('vllm:request_success', 'Count of successfully processed requests.', [
         [finishedLabels.stop, stats.finished.stop],
         [finishedLabels.length, stats.finished.length],
         [finishedLabels.abort, stats.finished.abort],
       ]);
-      w.histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', labels, stats.ttft);
-      w.histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', labels, stats.e2eLatency);
-      w.histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', labels, stats.queueTime);
-      w.histogram('vllm:request_prefill_time_seconds', 'Histogram of time spent in PREFILL phase for request.', labels, stats.prefillTime);
+      w.histogram(
+        'vllm:time_to_first_token_seconds',
+        'Histogram of time to first token in seconds.',
+        labels,
+        stats.ttft,
+      );
+      w.histogram(
+        'vllm:e2e_request_latency_seconds',
+        'Histogram of e2e request latency in seconds.',
+        labels,
+        stats.e2eLatency,
+      );
+      w.histogram(
+        'vllm:request_queue_time_seconds',
+        'Histogram of time spent in WAITING phase for request.',
+        labels,
+        stats.queueTime,
+      );
+      w.histogram(
+        'vllm:request_prefill_time_seconds',
+        'Histogram of time spent in PREFILL phase for request.',
+        labels,
+        stats.prefillTime,
+      );
       w.gauge('vllm:cache_config_info', 'Information of the LLMEngine CacheConfig', cacheConfig, 1);
       // Not a vLLM series: the simulator's own record, so tests can prove a cap held.
-      w.gauge('sim_peak_requests', 'Highest running + waiting the simulated engine ever held.', labels, scheduler.peakRequests);
+      w.gauge(
+        'sim_peak_requests',
+        'Highest running + waiting the simulated engine ever held.',
+        labels,
+        scheduler.peakRequests,
+      );
       return w.text();
     },
   };

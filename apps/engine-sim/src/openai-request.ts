@@ -33,20 +33,26 @@ export class SimRequestError extends Error {
 
 type Json = Record<string, unknown>;
 
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
 
 function optionalPositiveInt(body: Json, field: string): number | undefined {
   const value = body[field];
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1)
-    throw new SimRequestError(400, `${field} must be a positive integer, got ${JSON.stringify(value)}`, field);
+    throw new SimRequestError(
+      400,
+      `${field} must be a positive integer, got ${JSON.stringify(value)}`,
+      field,
+    );
   return value;
 }
 
 function optionalBoolean(body: Json, field: string): boolean {
   const value = body[field];
   if (value === undefined || value === null) return false;
-  if (typeof value !== 'boolean') throw new SimRequestError(400, `${field} must be a boolean`, field);
+  if (typeof value !== 'boolean')
+    throw new SimRequestError(400, `${field} must be a boolean`, field);
   return value;
 }
 
@@ -58,12 +64,20 @@ function contentLength(content: unknown, index: number): number {
     let n = 0;
     for (const part of content) {
       if (!isObject(part) || typeof part['text'] !== 'string')
-        throw new SimRequestError(400, `messages[${index}].content parts must be text parts`, 'messages');
+        throw new SimRequestError(
+          400,
+          `messages[${index}].content parts must be text parts`,
+          'messages',
+        );
       n += part['text'].length;
     }
     return n;
   }
-  throw new SimRequestError(400, `messages[${index}].content must be a string or an array of parts`, 'messages');
+  throw new SimRequestError(
+    400,
+    `messages[${index}].content must be a string or an array of parts`,
+    'messages',
+  );
 }
 
 function promptOf(endpoint: Endpoint, body: Json): { characters: number; key: string } {
@@ -74,7 +88,11 @@ function promptOf(endpoint: Endpoint, body: Json): { characters: number; key: st
     let characters = 0;
     messages.forEach((m, i) => {
       if (!isObject(m) || typeof m['role'] !== 'string')
-        throw new SimRequestError(400, `messages[${i}] must be an object with a string role`, 'messages');
+        throw new SimRequestError(
+          400,
+          `messages[${i}] must be an object with a string role`,
+          'messages',
+        );
       characters += contentLength(m['content'], i);
     });
     return { characters, key: JSON.stringify(messages) };
@@ -86,7 +104,11 @@ function promptOf(endpoint: Endpoint, body: Json): { characters: number; key: st
   if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t)))
     // Token ids: one id is one token, so count 4 "characters" per id.
     return { characters: prompt.length * 4, key: JSON.stringify(prompt) };
-  throw new SimRequestError(400, 'prompt must be a string, a one-string array, or token ids', 'prompt');
+  throw new SimRequestError(
+    400,
+    'prompt must be a string, a one-string array, or token ids',
+    'prompt',
+  );
 }
 
 export function parseSimRequest(
@@ -108,18 +130,26 @@ export function parseSimRequest(
   const streamOptions = body['stream_options'];
   let includeUsage = false;
   if (streamOptions !== undefined && streamOptions !== null) {
-    if (!stream) throw new SimRequestError(400, 'Stream options can only be defined when `stream=True`.', 'stream_options');
-    if (!isObject(streamOptions)) throw new SimRequestError(400, 'stream_options must be an object', 'stream_options');
+    if (!stream)
+      throw new SimRequestError(
+        400,
+        'Stream options can only be defined when `stream=True`.',
+        'stream_options',
+      );
+    if (!isObject(streamOptions))
+      throw new SimRequestError(400, 'stream_options must be an object', 'stream_options');
     includeUsage = optionalBoolean(streamOptions, 'include_usage');
   }
 
   const maxTokens =
     endpoint === 'chat'
-      ? (optionalPositiveInt(body, 'max_completion_tokens') ?? optionalPositiveInt(body, 'max_tokens'))
+      ? (optionalPositiveInt(body, 'max_completion_tokens') ??
+        optionalPositiveInt(body, 'max_tokens'))
       : optionalPositiveInt(body, 'max_tokens');
   const prompt = promptOf(endpoint, body);
   // Documented override: a test can state the prompt's token count instead of sending it.
-  const promptTokens = optionalPositiveInt(body, 'sim_prompt_tokens') ?? Math.max(1, countTokens(prompt.characters));
+  const promptTokens =
+    optionalPositiveInt(body, 'sim_prompt_tokens') ?? Math.max(1, countTokens(prompt.characters));
   const requested = promptTokens + (maxTokens ?? 0);
   if (promptTokens >= maxModelLen || requested > maxModelLen)
     throw new SimRequestError(

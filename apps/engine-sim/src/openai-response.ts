@@ -57,7 +57,14 @@ export class ResponseWriter {
   roleChunk(): string {
     return JSON.stringify({
       ...this.head('chat.completion.chunk'),
-      choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+      choices: [
+        {
+          index: 0,
+          delta: { role: 'assistant', content: '' },
+          logprobs: null,
+          finish_reason: null,
+        },
+      ],
     });
   }
 
@@ -65,7 +72,15 @@ export class ResponseWriter {
     if (this.request.endpoint === 'chat')
       return JSON.stringify({
         ...this.head('chat.completion.chunk'),
-        choices: [{ index: 0, delta: { content: text }, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+        choices: [
+          {
+            index: 0,
+            delta: { content: text },
+            logprobs: null,
+            finish_reason: finishReason,
+            stop_reason: null,
+          },
+        ],
       });
     return JSON.stringify({
       ...this.head('text_completion'),
@@ -101,6 +116,11 @@ export class ResponseWriter {
   }
 }
 
-export function errorBody(status: number, type: string, message: string, param: string | null = null): string {
+export function errorBody(
+  status: number,
+  type: string,
+  message: string,
+  param: string | null = null,
+): string {
   return JSON.stringify({ error: { message, type, param, code: status } });
 }

@@ -32,23 +32,128 @@ interface OptionSpec {
 }
 
 const specs: OptionSpec[] = [
-  { flag: 'profile', env: 'SIM_PROFILE', key: 'profile', kind: 'profile', help: `engine profile: ${profileNames.join(', ')}` },
+  {
+    flag: 'profile',
+    env: 'SIM_PROFILE',
+    key: 'profile',
+    kind: 'profile',
+    help: `engine profile: ${profileNames.join(', ')}`,
+  },
   { flag: 'host', env: 'HOST', key: 'host', kind: 'string', help: 'address to listen on' },
-  { flag: 'port', env: 'PORT', key: 'port', kind: 'int', min: 0, help: 'port to listen on (0 picks a free one)' },
-  { flag: 'time-scale', env: 'SIM_TIME_SCALE', key: 'timeScale', kind: 'number', min: 0, exclusiveMin: true, help: 'simulated seconds per real second' },
+  {
+    flag: 'port',
+    env: 'PORT',
+    key: 'port',
+    kind: 'int',
+    min: 0,
+    help: 'port to listen on (0 picks a free one)',
+  },
+  {
+    flag: 'time-scale',
+    env: 'SIM_TIME_SCALE',
+    key: 'timeScale',
+    kind: 'number',
+    min: 0,
+    exclusiveMin: true,
+    help: 'simulated seconds per real second',
+  },
   { flag: 'model', env: 'SIM_MODEL', key: 'model', kind: 'string', help: 'served model name' },
-  { flag: 'max-num-seqs', env: 'SIM_MAX_NUM_SEQS', key: 'maxNumSeqs', kind: 'int', min: 1, help: 'sequences per batch (vLLM --max-num-seqs)' },
-  { flag: 'max-num-batched-tokens', env: 'SIM_MAX_NUM_BATCHED_TOKENS', key: 'maxNumBatchedTokens', kind: 'int', min: 1, help: 'token budget per scheduler step' },
-  { flag: 'num-gpu-blocks', env: 'SIM_NUM_GPU_BLOCKS', key: 'numGpuBlocks', kind: 'int', min: 1, help: 'KV cache blocks' },
-  { flag: 'block-size', env: 'SIM_BLOCK_SIZE', key: 'blockSize', kind: 'int', min: 1, help: 'tokens per KV block' },
-  { flag: 'max-model-len', env: 'SIM_MAX_MODEL_LEN', key: 'maxModelLen', kind: 'int', min: 1, help: 'prompt + completion limit per request' },
-  { flag: 'step-overhead-seconds', env: 'SIM_STEP_OVERHEAD_SECONDS', key: 'stepOverheadSeconds', kind: 'number', min: 0, help: 'fixed cost of one step (simulated s)' },
-  { flag: 'prefill-tokens-per-second', env: 'SIM_PREFILL_TOKENS_PER_SECOND', key: 'prefillTokensPerSecond', kind: 'number', min: 0, exclusiveMin: true, help: "uncached prefill rate ('inf' for free)" },
-  { flag: 'decode-seconds-per-sequence', env: 'SIM_DECODE_SECONDS_PER_SEQUENCE', key: 'decodeSecondsPerSequence', kind: 'number', min: 0, help: 'step cost per decoding sequence (simulated s)' },
-  { flag: 'output-len-min', env: 'SIM_OUTPUT_LEN_MIN', key: 'outputLenMin', kind: 'int', min: 1, help: 'shortest natural answer, tokens' },
-  { flag: 'output-len-max', env: 'SIM_OUTPUT_LEN_MAX', key: 'outputLenMax', kind: 'int', min: 1, help: 'longest natural answer, tokens' },
-  { flag: 'legacy-kv-metric', env: 'SIM_LEGACY_KV_METRIC', key: 'legacyKvMetric', kind: 'bool', help: 'name KV usage vllm:gpu_cache_usage_perc (vLLM < 0.10)' },
-  { flag: 'startup-delay-seconds', env: 'SIM_STARTUP_DELAY_SECONDS', key: 'startupDelaySeconds', kind: 'number', min: 0, help: 'wall-clock seconds of /health 503 after start' },
+  {
+    flag: 'max-num-seqs',
+    env: 'SIM_MAX_NUM_SEQS',
+    key: 'maxNumSeqs',
+    kind: 'int',
+    min: 1,
+    help: 'sequences per batch (vLLM --max-num-seqs)',
+  },
+  {
+    flag: 'max-num-batched-tokens',
+    env: 'SIM_MAX_NUM_BATCHED_TOKENS',
+    key: 'maxNumBatchedTokens',
+    kind: 'int',
+    min: 1,
+    help: 'token budget per scheduler step',
+  },
+  {
+    flag: 'num-gpu-blocks',
+    env: 'SIM_NUM_GPU_BLOCKS',
+    key: 'numGpuBlocks',
+    kind: 'int',
+    min: 1,
+    help: 'KV cache blocks',
+  },
+  {
+    flag: 'block-size',
+    env: 'SIM_BLOCK_SIZE',
+    key: 'blockSize',
+    kind: 'int',
+    min: 1,
+    help: 'tokens per KV block',
+  },
+  {
+    flag: 'max-model-len',
+    env: 'SIM_MAX_MODEL_LEN',
+    key: 'maxModelLen',
+    kind: 'int',
+    min: 1,
+    help: 'prompt + completion limit per request',
+  },
+  {
+    flag: 'step-overhead-seconds',
+    env: 'SIM_STEP_OVERHEAD_SECONDS',
+    key: 'stepOverheadSeconds',
+    kind: 'number',
+    min: 0,
+    help: 'fixed cost of one step (simulated s)',
+  },
+  {
+    flag: 'prefill-tokens-per-second',
+    env: 'SIM_PREFILL_TOKENS_PER_SECOND',
+    key: 'prefillTokensPerSecond',
+    kind: 'number',
+    min: 0,
+    exclusiveMin: true,
+    help: "uncached prefill rate ('inf' for free)",
+  },
+  {
+    flag: 'decode-seconds-per-sequence',
+    env: 'SIM_DECODE_SECONDS_PER_SEQUENCE',
+    key: 'decodeSecondsPerSequence',
+    kind: 'number',
+    min: 0,
+    help: 'step cost per decoding sequence (simulated s)',
+  },
+  {
+    flag: 'output-len-min',
+    env: 'SIM_OUTPUT_LEN_MIN',
+    key: 'outputLenMin',
+    kind: 'int',
+    min: 1,
+    help: 'shortest natural answer, tokens',
+  },
+  {
+    flag: 'output-len-max',
+    env: 'SIM_OUTPUT_LEN_MAX',
+    key: 'outputLenMax',
+    kind: 'int',
+    min: 1,
+    help: 'longest natural answer, tokens',
+  },
+  {
+    flag: 'legacy-kv-metric',
+    env: 'SIM_LEGACY_KV_METRIC',
+    key: 'legacyKvMetric',
+    kind: 'bool',
+    help: 'name KV usage vllm:gpu_cache_usage_perc (vLLM < 0.10)',
+  },
+  {
+    flag: 'startup-delay-seconds',
+    env: 'SIM_STARTUP_DELAY_SECONDS',
+    key: 'startupDelaySeconds',
+    kind: 'number',
+    min: 0,
+    help: 'wall-clock seconds of /health 503 after start',
+  },
 ];
 
 const serverDefaults = {
@@ -93,7 +198,8 @@ function readFlags(argv: readonly string[]): Map<string, string> {
   const flags = new Map<string, string>();
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i]!;
-    if (!arg.startsWith('--')) throw new SimConfigError(`unexpected argument ${JSON.stringify(arg)}`);
+    if (!arg.startsWith('--'))
+      throw new SimConfigError(`unexpected argument ${JSON.stringify(arg)}`);
     const eq = arg.indexOf('=');
     const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
     const spec = specs.find((s) => s.flag === name);

@@ -97,7 +97,8 @@ export class Scheduler {
 
   /** Removes a sequence wherever it is and frees its blocks. False when it was already done. */
   abort(seq: Sequence): boolean {
-    const list = seq.state === 'running' ? this.running : seq.state === 'waiting' ? this.waiting : undefined;
+    const list =
+      seq.state === 'running' ? this.running : seq.state === 'waiting' ? this.waiting : undefined;
     if (!list) return false;
     list.splice(list.indexOf(seq), 1);
     this.release(seq);
@@ -118,7 +119,7 @@ export class Scheduler {
     const work: ScheduledWork[] = [];
     let preempted = false;
 
-    for (let i = 0; i < this.running.length && budget > 0; ) {
+    for (let i = 0; i < this.running.length && budget > 0;) {
       const seq = this.running[i]!;
       const tokens = Math.min(seq.length - seq.computed, budget);
       let fits = true;
@@ -133,7 +134,11 @@ export class Scheduler {
       }
       if (!fits) break;
       this.allocate(seq, seq.computed + tokens);
-      work.push({ seq, tokens, decode: seq.generated > 0 && tokens === 1 && seq.computed === seq.length - 1 });
+      work.push({
+        seq,
+        tokens,
+        decode: seq.generated > 0 && tokens === 1 && seq.computed === seq.length - 1,
+      });
       budget -= tokens;
       i += 1;
     }

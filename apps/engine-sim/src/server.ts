@@ -1,5 +1,10 @@
 // The simulator's HTTP surface: vLLM's OpenAI routes, /health, /metrics, and /sim/* admin.
-import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import type { ServerResponse } from 'node:http';
 import { Engine, type GenerationHandle } from './engine.js';
 import { defaultFaults, patchFaults, ShareCounter, type Faults } from './faults.js';
@@ -24,7 +29,10 @@ const notVllmMetrics =
   '# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n';
 
 function sendJson(res: ServerResponse, status: number, body: string): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
   res.end(body);
 }
 
@@ -49,21 +57,36 @@ export function createEngineSim(options: SimOptions): EngineSim {
 
   app.setErrorHandler((error: Error & { statusCode?: number }, _request, reply) => {
     if (error instanceof SimRequestError)
-      return reply.code(error.status).type('application/json').send(errorBody(error.status, error.type, error.message, error.param));
-    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
+      return reply
+        .code(error.status)
+        .type('application/json')
+        .send(errorBody(error.status, error.type, error.message, error.param));
+    const status =
+      error.statusCode && error.statusCode >= 400 && error.statusCode < 500
+        ? error.statusCode
+        : 500;
     if (status === 500) app.log.error(error);
     const message = status === 500 ? 'internal error' : error.message;
-    return reply.code(status).type('application/json').send(errorBody(status, status === 500 ? 'InternalServerError' : 'BadRequestError', message));
+    return reply
+      .code(status)
+      .type('application/json')
+      .send(errorBody(status, status === 500 ? 'InternalServerError' : 'BadRequestError', message));
   });
   app.setNotFoundHandler((_request, reply) => reply.code(404).send({ detail: 'Not Found' }));
 
   function completion(endpoint: Endpoint) {
     return (request: FastifyRequest, reply: FastifyReply) => {
       if (!faults.ready)
-        return reply.code(503).type('application/json').send(errorBody(503, 'ServiceUnavailableError', 'engine is starting'));
+        return reply
+          .code(503)
+          .type('application/json')
+          .send(errorBody(503, 'ServiceUnavailableError', 'engine is starting'));
       const req = parseSimRequest(endpoint, request.body, options.model, options.maxModelLen);
       if (errorShare.take(faults.errorRate))
-        return reply.code(500).type('application/json').send(errorBody(500, 'InternalServerError', 'simulated engine failure'));
+        return reply
+          .code(500)
+          .type('application/json')
+          .send(errorBody(500, 'InternalServerError', 'simulated engine failure'));
       const plan = planOutput(req, options);
       const writer = new ResponseWriter(req, created);
       const nextText = tokenStream(req.seed);
@@ -87,14 +110,21 @@ export function createEngineSim(options: SimOptions): EngineSim {
           },
           onFinish: (reason) => {
             done = true;
-            sendJson(res, 200, writer.body(text, reason, usageOf(req.promptTokens, plan.outputTokens)));
+            sendJson(
+              res,
+              200,
+              writer.body(text, reason, usageOf(req.promptTokens, plan.outputTokens)),
+            );
           },
         });
         return;
       }
 
       // vLLM's StreamingResponse sends the head at once; body bytes start with the first token.
-      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+      res.writeHead(200, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+      });
       res.flushHeaders();
       const dropAfter = faults.dropStreamAfterTokens;
       handle = engine.submit({
@@ -115,7 +145,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
         },
         onFinish: () => {
           done = true;
-          const usage = req.includeUsage ? `data: ${writer.usageChunk(usageOf(req.promptTokens, plan.outputTokens))}\n\n` : '';
+          const usage = req.includeUsage
+            ? `data: ${writer.usageChunk(usageOf(req.promptTokens, plan.outputTokens))}\n\n`
+            : '';
           res.end(`${usage}data: [DONE]\n\n`);
         },
       });
@@ -128,15 +160,25 @@ export function createEngineSim(options: SimOptions): EngineSim {
   app.get('/v1/models', async () => ({
     object: 'list',
     data: [
-      { id: options.model, object: 'model', created, owned_by: 'vllm', root: options.model, parent: null, max_model_len: options.maxModelLen },
+      {
+        id: options.model,
+        object: 'model',
+        created,
+        owned_by: 'vllm',
+        root: options.model,
+        parent: null,
+        max_model_len: options.maxModelLen,
+      },
     ],
   }));
 
   app.get('/health', async (_request, reply) => reply.code(faults.ready ? 200 : 503).send(''));
 
   app.get('/metrics', async (_request, reply) => {
-    if (faults.metrics === 'error') return reply.code(500).type('text/plain').send('simulated metrics failure\n');
-    if (faults.metrics === 'slow') await new Promise((resolve) => setTimeout(resolve, faults.metricsDelayMs));
+    if (faults.metrics === 'error')
+      return reply.code(500).type('text/plain').send('simulated metrics failure\n');
+    if (faults.metrics === 'slow')
+      await new Promise((resolve) => setTimeout(resolve, faults.metricsDelayMs));
     const body = faults.metrics === 'not-vllm' ? notVllmMetrics : metrics.render();
     return reply.type('text/plain; version=0.0.4; charset=utf-8').send(body);
   });
@@ -163,12 +205,16 @@ export function createEngineSim(options: SimOptions): EngineSim {
       faults = patchFaults(faults, request.body);
       return faults;
     } catch (err) {
-      return reply.code(400).type('application/json').send(errorBody(400, 'BadRequestError', (err as Error).message));
+      return reply
+        .code(400)
+        .type('application/json')
+        .send(errorBody(400, 'BadRequestError', (err as Error).message));
     }
   });
 
   app.post('/sim/peak/reset', async () => {
-    engine.scheduler.peakRequests = engine.scheduler.running.length + engine.scheduler.waiting.length;
+    engine.scheduler.peakRequests =
+      engine.scheduler.running.length + engine.scheduler.waiting.length;
     engine.scheduler.peakRunning = engine.scheduler.running.length;
     return { peakRequests: engine.scheduler.peakRequests };
   });
@@ -181,7 +227,10 @@ export function createEngineSim(options: SimOptions): EngineSim {
     },
     async listen() {
       const url = await app.listen({ host: options.host, port: options.port });
-      app.log.info({ url, profile: options.profile, model: options.model, timeScale: options.timeScale }, 'engine-sim ready');
+      app.log.info(
+        { url, profile: options.profile, model: options.model, timeScale: options.timeScale },
+        'engine-sim ready',
+      );
       return url;
     },
     async close() {

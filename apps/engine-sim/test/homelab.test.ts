@@ -7,13 +7,21 @@ function chat(sim: TestEngineSim, promptTokens: number, maxTokens: number) {
   return fetch(`${sim.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'reasoning', messages: [{ role: 'user', content: `p${promptTokens}` }], sim_prompt_tokens: promptTokens, max_tokens: maxTokens, ignore_eos: true }),
+    body: JSON.stringify({
+      model: 'reasoning',
+      messages: [{ role: 'user', content: `p${promptTokens}` }],
+      sim_prompt_tokens: promptTokens,
+      max_tokens: maxTokens,
+      ignore_eos: true,
+    }),
   }).then((r) => r.json());
 }
 
 /** TTFT observations (simulated seconds) at or below `le`, from the engine's own histogram. */
 function ttftAtMost(text: string, le: string): number {
-  return parseExposition(text).samples.find((s) => s.name === 'vllm:time_to_first_token_seconds_bucket' && s.labels['le'] === le)!.value;
+  return parseExposition(text).samples.find(
+    (s) => s.name === 'vllm:time_to_first_token_seconds_bucket' && s.labels['le'] === le,
+  )!.value;
 }
 
 describe('homelab profile at --time-scale 100', () => {
@@ -23,7 +31,10 @@ describe('homelab profile at --time-scale 100', () => {
   it('short prompts behind a 65k-token prompt wait ~2 simulated minutes for their first token (reference PR: a 65k prompt costs minutes of prefill and starves everything else)', async () => {
     sim = await startEngineSim(['--profile', 'homelab', '--time-scale', '100']);
     const long = chat(sim, 65536, 4);
-    await eventually(async () => ((await sim!.state()).running === 1 ? true : undefined), 'the long prompt to start');
+    await eventually(
+      async () => ((await sim!.state()).running === 1 ? true : undefined),
+      'the long prompt to start',
+    );
     const shorts = Array.from({ length: 3 }, () => chat(sim!, 200, 4));
     await Promise.all([long, ...shorts]);
     const metrics = await sim.metricsText();
@@ -32,7 +43,9 @@ describe('homelab profile at --time-scale 100', () => {
     expect(ttftAtMost(metrics, '+Inf')).toBe(4);
     expect(ttftAtMost(metrics, '80.0')).toBe(0);
     expect(ttftAtMost(metrics, '160.0')).toBe(4);
-    const queue = parseExposition(metrics).samples.find((s) => s.name === 'vllm:request_queue_time_seconds_bucket' && s.labels['le'] === '60.0')!;
+    const queue = parseExposition(metrics).samples.find(
+      (s) => s.name === 'vllm:request_queue_time_seconds_bucket' && s.labels['le'] === '60.0',
+    )!;
     expect(queue.value).toBe(1); // only the long prompt was scheduled within a minute of arriving
   });
 

@@ -6,11 +6,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const json = { 'content-type': 'application/json' };
 
 function post(sim: TestEngineSim, path: string, body: unknown, signal?: AbortSignal) {
-  return fetch(`${sim.url}${path}`, { method: 'POST', headers: json, body: typeof body === 'string' ? body : JSON.stringify(body), signal });
+  return fetch(`${sim.url}${path}`, {
+    method: 'POST',
+    headers: json,
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
+  });
 }
 
 interface Chunk {
-  choices: Array<{ delta?: { content?: string; role?: string }; text?: string; finish_reason: string | null }>;
+  choices: Array<{
+    delta?: { content?: string; role?: string };
+    text?: string;
+    finish_reason: string | null;
+  }>;
   usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
 }
 
@@ -35,25 +44,37 @@ describe('engine-sim over HTTP (instant profile)', () => {
   afterAll(() => sim.stop());
 
   it('lists the served model', async () => {
-    const body = (await (await fetch(`${sim.url}/v1/models`)).json()) as { data: Array<{ id: string; max_model_len: number }> };
+    const body = (await (await fetch(`${sim.url}/v1/models`)).json()) as {
+      data: Array<{ id: string; max_model_len: number }>;
+    };
     expect(body.data.map((m) => m.id)).toEqual(['m']);
     expect(body.data[0]!.max_model_len).toBe(131072);
   });
 
   it('answers chat streaming and non-streaming with the same text, finish reason and usage', async () => {
-    const request = { model: 'm', messages: [{ role: 'user', content: 'What is admission control?' }], max_tokens: 12 };
+    const request = {
+      model: 'm',
+      messages: [{ role: 'user', content: 'What is admission control?' }],
+      max_tokens: 12,
+    };
     const plain = (await (await post(sim, '/v1/chat/completions', request)).json()) as {
       choices: Array<{ message: { content: string }; finish_reason: string }>;
       usage: Chunk['usage'];
     };
-    const res = await post(sim, '/v1/chat/completions', { ...request, stream: true, stream_options: { include_usage: true } });
+    const res = await post(sim, '/v1/chat/completions', {
+      ...request,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
     const events = await sse(res);
     expect(events.at(-1)).toBe('[DONE]');
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e) as Chunk);
     expect(chunks[0]!.choices[0]!.delta).toEqual({ role: 'assistant', content: '' });
     const streamed = chunks.flatMap((c) => c.choices.map((ch) => ch.delta?.content ?? '')).join('');
-    const finish = chunks.flatMap((c) => c.choices.map((ch) => ch.finish_reason)).filter((r) => r !== null);
+    const finish = chunks
+      .flatMap((c) => c.choices.map((ch) => ch.finish_reason))
+      .filter((r) => r !== null);
     expect(streamed).toBe(plain.choices[0]!.message.content);
     expect(finish).toEqual([plain.choices[0]!.finish_reason]);
     expect(chunks.at(-1)!.choices).toEqual([]);
@@ -82,13 +103,27 @@ describe('engine-sim over HTTP (instant profile)', () => {
     const request = { model: 'm', messages: [{ role: 'user', content: 'repeat me' }] };
     const a = await (await post(sim, '/v1/chat/completions', request)).text();
     const b = await (await post(sim, '/v1/chat/completions', request)).text();
-    const c = await (await post(sim, '/v1/chat/completions', { ...request, messages: [{ role: 'user', content: 'another prompt' }] })).text();
+    const c = await (
+      await post(sim, '/v1/chat/completions', {
+        ...request,
+        messages: [{ role: 'user', content: 'another prompt' }],
+      })
+    ).text();
     expect(a).toBe(b);
-    expect(JSON.parse(c).choices[0].message.content).not.toBe(JSON.parse(a).choices[0].message.content);
+    expect(JSON.parse(c).choices[0].message.content).not.toBe(
+      JSON.parse(a).choices[0].message.content,
+    );
   });
 
   it('counts prompt tokens from sim_prompt_tokens when the request states it', async () => {
-    const body = (await (await post(sim, '/v1/completions', { model: 'm', prompt: 'x', max_tokens: 1, sim_prompt_tokens: 5000 })).json()) as {
+    const body = (await (
+      await post(sim, '/v1/completions', {
+        model: 'm',
+        prompt: 'x',
+        max_tokens: 1,
+        sim_prompt_tokens: 5000,
+      })
+    ).json()) as {
       usage: { prompt_tokens: number };
     };
     expect(body.usage.prompt_tokens).toBe(5000);
@@ -97,28 +132,74 @@ describe('engine-sim over HTTP (instant profile)', () => {
   it.each([
     ['malformed JSON', '{"model": "m",', 400, /JSON/],
     ['a body that is not an object', '[1,2]', 400, /JSON object/],
-    ['a missing model', { messages: [{ role: 'user', content: 'x' }] }, 400, /model must be a string/],
-    ['a non-integer max_tokens', { model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 1.5 }, 400, /max_tokens must be a positive integer/],
+    [
+      'a missing model',
+      { messages: [{ role: 'user', content: 'x' }] },
+      400,
+      /model must be a string/,
+    ],
+    [
+      'a non-integer max_tokens',
+      { model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 1.5 },
+      400,
+      /max_tokens must be a positive integer/,
+    ],
     ['empty messages', { model: 'm', messages: [] }, 400, /messages must be a non-empty array/],
-    ['stream_options without stream', { model: 'm', messages: [{ role: 'user', content: 'x' }], stream_options: { include_usage: true } }, 400, /stream=True/],
-    ['a prompt over max_model_len', { model: 'm', messages: [{ role: 'user', content: 'x' }], sim_prompt_tokens: 131000, max_tokens: 1000 }, 400, /maximum context length is 131072 tokens/],
-    ['an unknown model', { model: 'other', messages: [{ role: 'user', content: 'x' }] }, 404, /The model `other` does not exist/],
+    [
+      'stream_options without stream',
+      {
+        model: 'm',
+        messages: [{ role: 'user', content: 'x' }],
+        stream_options: { include_usage: true },
+      },
+      400,
+      /stream=True/,
+    ],
+    [
+      'a prompt over max_model_len',
+      {
+        model: 'm',
+        messages: [{ role: 'user', content: 'x' }],
+        sim_prompt_tokens: 131000,
+        max_tokens: 1000,
+      },
+      400,
+      /maximum context length is 131072 tokens/,
+    ],
+    [
+      'an unknown model',
+      { model: 'other', messages: [{ role: 'user', content: 'x' }] },
+      404,
+      /The model `other` does not exist/,
+    ],
   ])('refuses %s in vLLM error shape', async (_name, body, status, message) => {
     const res = await post(sim, '/v1/chat/completions', body);
     expect(res.status).toBe(status);
-    const error = ((await res.json()) as { error: { message: string; code: number; type: string } }).error;
+    const error = ((await res.json()) as { error: { message: string; code: number; type: string } })
+      .error;
     expect(error.message).toMatch(message);
     expect(error.code).toBe(status);
     expect(error.type).toBe(status === 404 ? 'NotFoundError' : 'BadRequestError');
   });
 
   it('exposes metrics in which every line parses under the Prometheus text format, with vLLM names and labels', async () => {
-    await (await post(sim, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'count me' }], max_tokens: 3, ignore_eos: true })).text();
+    await (
+      await post(sim, '/v1/chat/completions', {
+        model: 'm',
+        messages: [{ role: 'user', content: 'count me' }],
+        max_tokens: 3,
+        ignore_eos: true,
+      })
+    ).text();
     const res = await fetch(`${sim.url}/metrics`);
     expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4; charset=utf-8');
     const exposition = parseExposition(await res.text());
     const one = (name: string) => exposition.samples.filter((s) => s.name === name);
-    for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']) {
+    for (const name of [
+      'vllm:num_requests_running',
+      'vllm:num_requests_waiting',
+      'vllm:kv_cache_usage_perc',
+    ]) {
       expect(one(name)).toHaveLength(1);
       expect(one(name)[0]!.labels).toEqual({ model_name: 'm', engine: '0' });
       expect(exposition.families.get(name)?.type).toBe('gauge');
@@ -127,8 +208,14 @@ describe('engine-sim over HTTP (instant profile)', () => {
     expect(one('vllm:generation_tokens_created')[0]!.value).toBeGreaterThan(1.7e9);
     expect(exposition.families.get('vllm:prompt_tokens_total')?.type).toBe('counter');
     const cacheInfo = one('vllm:cache_config_info')[0]!;
-    expect(Number(cacheInfo.labels['num_gpu_blocks']) * Number(cacheInfo.labels['block_size'])).toBe(65536 * 16);
-    for (const h of ['vllm:time_to_first_token_seconds', 'vllm:request_queue_time_seconds', 'vllm:request_prefill_time_seconds']) {
+    expect(
+      Number(cacheInfo.labels['num_gpu_blocks']) * Number(cacheInfo.labels['block_size']),
+    ).toBe(65536 * 16);
+    for (const h of [
+      'vllm:time_to_first_token_seconds',
+      'vllm:request_queue_time_seconds',
+      'vllm:request_prefill_time_seconds',
+    ]) {
       expect(exposition.families.get(h)?.type).toBe('histogram');
       const inf = one(`${h}_bucket`).find((s) => s.labels['le'] === '+Inf')!;
       expect(inf.value).toBe(one(`${h}_count`)[0]!.value);
@@ -142,7 +229,13 @@ describe('engine-sim over HTTP (instant profile)', () => {
     const res = await post(
       sim,
       '/v1/chat/completions',
-      { model: 'm', messages: [{ role: 'user', content: 'a long answer please' }], max_tokens: 100000, ignore_eos: true, stream: true },
+      {
+        model: 'm',
+        messages: [{ role: 'user', content: 'a long answer please' }],
+        max_tokens: 100000,
+        ignore_eos: true,
+        stream: true,
+      },
       controller.signal,
     );
     const reader = res.body!.getReader();
@@ -164,14 +257,21 @@ describe('engine-sim over HTTP (instant profile)', () => {
     const controller = new AbortController();
     const streams = await Promise.all(
       Array.from({ length: 5 }, (_, i) =>
-        post(sim, '/v1/completions', { model: 'm', prompt: `p${i}`, max_tokens: 100000, ignore_eos: true, stream: true }, controller.signal),
+        post(
+          sim,
+          '/v1/completions',
+          { model: 'm', prompt: `p${i}`, max_tokens: 100000, ignore_eos: true, stream: true },
+          controller.signal,
+        ),
       ),
     );
     // Every stream has produced a token, so all five were in the engine at once.
     await Promise.all(streams.map((res) => res.body!.getReader().read()));
     controller.abort();
     expect((await sim.state()).peakRequests).toBe(5);
-    const peak = parseExposition(await sim.metricsText()).samples.find((s) => s.name === 'sim_peak_requests')!;
+    const peak = parseExposition(await sim.metricsText()).samples.find(
+      (s) => s.name === 'sim_peak_requests',
+    )!;
     expect(peak.value).toBe(5);
   });
 });
@@ -179,11 +279,24 @@ describe('engine-sim over HTTP (instant profile)', () => {
 describe('engine-sim faults', () => {
   let sim: TestEngineSim;
   beforeAll(async () => {
-    sim = await startEngineSim(['--profile', 'instant', '--model', 'm', '--startup-delay-seconds', '600']);
+    sim = await startEngineSim([
+      '--profile',
+      'instant',
+      '--model',
+      'm',
+      '--startup-delay-seconds',
+      '600',
+    ]);
   });
   afterAll(() => sim.stop());
 
-  const chat = (extra: Record<string, unknown> = {}) => post(sim, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra });
+  const chat = (extra: Record<string, unknown> = {}) =>
+    post(sim, '/v1/chat/completions', {
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      max_tokens: 4,
+      ...extra,
+    });
 
   it('answers /health 503 and refuses requests until ready, then 200', async () => {
     expect((await fetch(`${sim.url}/health`)).status).toBe(503);
@@ -200,7 +313,11 @@ describe('engine-sim faults', () => {
     const text = await sim.metricsText();
     expect(parseExposition(text).samples.some((s) => s.name.startsWith('vllm:'))).toBe(false);
     await sim.setFaults({ metrics: 'ok' });
-    expect(parseExposition(await sim.metricsText()).samples.some((s) => s.name === 'vllm:num_requests_running')).toBe(true);
+    expect(
+      parseExposition(await sim.metricsText()).samples.some(
+        (s) => s.name === 'vllm:num_requests_running',
+      ),
+    ).toBe(true);
   });
 
   it('answers exactly the configured share of requests with 500', async () => {
@@ -239,15 +356,21 @@ describe('engine-sim faults', () => {
   it('rejects an invalid fault with a message naming the field', async () => {
     const res = await sim.setFaults({ errorRate: 2 });
     expect(res.status).toBe(400);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/errorRate must be a number from 0 to 1/);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(
+      /errorRate must be a number from 0 to 1/,
+    );
     const unknown = await sim.setFaults({ explode: true });
-    expect(((await unknown.json()) as { error: { message: string } }).error.message).toMatch(/unknown fault "explode"/);
+    expect(((await unknown.json()) as { error: { message: string } }).error.message).toMatch(
+      /unknown fault "explode"/,
+    );
   });
 
   it('holds /metrics for the configured delay when slow metrics are switched on', async () => {
     await sim.setFaults({ metrics: 'slow', metricsDelayMs: 60_000 });
     // A scraper with a tight timeout gives up long before the minute-long delay ends.
-    await expect(fetch(`${sim.url}/metrics`, { signal: AbortSignal.timeout(100) })).rejects.toThrow();
+    await expect(
+      fetch(`${sim.url}/metrics`, { signal: AbortSignal.timeout(100) }),
+    ).rejects.toThrow();
     await sim.setFaults({ metrics: 'ok' });
     expect((await fetch(`${sim.url}/metrics`)).status).toBe(200);
   });

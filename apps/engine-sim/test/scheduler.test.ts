@@ -1,7 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { profiles } from '../src/profiles.ts';
-import { Scheduler, Sequence, type SchedulerConfig, type SequenceListener } from '../src/scheduler.ts';
+import {
+  Scheduler,
+  Sequence,
+  type SchedulerConfig,
+  type SequenceListener,
+} from '../src/scheduler.ts';
 
 const quiet: SequenceListener = { onToken: () => {}, onFinish: () => {} };
 
@@ -20,7 +25,11 @@ function seq(id: string, prompt: number, output: number, arrival = 0, listener =
 }
 
 /** Drives the scheduler the way engine-loop.ts does, checking invariants after every step. */
-function run(s: Scheduler, onStep: (start: number) => void = () => {}, maxSteps = 1_000_000): number {
+function run(
+  s: Scheduler,
+  onStep: (start: number) => void = () => {},
+  maxSteps = 1_000_000,
+): number {
   let cursor = 0;
   for (let n = 0; n < maxSteps; n += 1) {
     const start = s.nextStart(cursor);
@@ -45,7 +54,14 @@ describe('scheduler (vLLM V1 model)', () => {
   it('never runs more than max_num_seqs, keeps KV usage = allocated blocks / total, and finishes every sequence', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.record({ prompt: fc.integer({ min: 1, max: 60 }), output: fc.integer({ min: 1, max: 30 }), arrival: fc.integer({ min: 0, max: 5 }) }), { minLength: 1, maxLength: 30 }),
+        fc.array(
+          fc.record({
+            prompt: fc.integer({ min: 1, max: 60 }),
+            output: fc.integer({ min: 1, max: 30 }),
+            arrival: fc.integer({ min: 0, max: 5 }),
+          }),
+          { minLength: 1, maxLength: 30 },
+        ),
         (specs) => {
           const s = new Scheduler(small);
           const seqs = specs
@@ -178,7 +194,10 @@ describe('scheduler (vLLM V1 model)', () => {
     const ttft = (withLongPrompt: boolean) => {
       const s = new Scheduler(profiles.homelab);
       const firstTokens = new Map<string, number>();
-      const listener: SequenceListener = { onToken: (q, at) => firstTokens.has(q.id) || firstTokens.set(q.id, at - q.arrival), onFinish: () => {} };
+      const listener: SequenceListener = {
+        onToken: (q, at) => firstTokens.has(q.id) || firstTokens.set(q.id, at - q.arrival),
+        onFinish: () => {},
+      };
       if (withLongPrompt) s.add(seq('long', 65536, 64, 0, listener));
       for (let i = 0; i < 8; i += 1) s.add(seq(`short${i}`, 200, 64, 0.001, listener));
       run(s);

@@ -1,0 +1,42 @@
+// The harness every other test relies on: a real redis-server, and processes that say when they are ready.
+import { connect } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { startProcess, startRedis } from './index.ts';
+
+/** One RESP round trip over a plain socket, so this test needs no Redis client. */
+function ping(port: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => {
+      socket.end();
+      resolve(data.toString());
+    });
+    socket.once('error', reject);
+  });
+}
+
+describe('test harness', () => {
+  it('starts a real redis-server on a free port and stops it', async () => {
+    const redis = await startRedis();
+    expect(redis.url).toBe(`redis://127.0.0.1:${redis.port}`);
+    expect(await ping(redis.port)).toBe('+PONG\r\n');
+    await redis.stop();
+    await expect(ping(redis.port)).rejects.toThrow(/ECONNREFUSED/);
+  });
+
+  it('gives two callers two separate servers', async () => {
+    const [a, b] = await Promise.all([startRedis(), startRedis()]);
+    expect(a.port).not.toBe(b.port);
+    await Promise.all([a.stop(), b.stop()]);
+  });
+
+  it('rejects with the output of a process that exits before it is ready', async () => {
+    await expect(
+      startProcess({
+        command: process.execPath,
+        args: ['-e', 'console.log("booting"); process.exit(3)'],
+        ready: /never/,
+      }),
+    ).rejects.toThrow(/exited \(3\)[\s\S]*booting/);
+  });
+});
