@@ -7,8 +7,8 @@ const usage = `Usage: sluice <command> [flags]
 Commands:
   up           run a local stack: redis-server, the engine simulator, and Sluice
   engine-sim   run the vLLM engine simulator (sluice engine-sim --help)
-  gateway      run one gateway replica            (not built yet: issue "The broker")
-  dispatcher   run the dispatcher                 (not built yet: issue "The broker")
+  gateway      run one gateway replica (configured by the environment; see README)
+  dispatcher   run a dispatcher: leads or stands by for every pool
   status       print queue and engine state       (not built yet)
 `;
 
@@ -23,12 +23,16 @@ async function main(argv: string[]): Promise<void> {
       const { runUp } = await import('./up.js');
       return runUp(rest);
     }
-    case 'gateway':
-    case 'dispatcher':
+    case 'gateway': {
+      const { runGateway } = await import('@sluice/gateway');
+      return runGateway();
+    }
+    case 'dispatcher': {
+      const { runDispatcher } = await import('@sluice/dispatcher');
+      return runDispatcher();
+    }
     case 'status':
-      process.stderr.write(
-        `sluice ${command}: not built yet; this workspace so far has the engine simulator (see README)\n`,
-      );
+      process.stderr.write(`sluice status: not built yet (issue "The engine's own gauges")\n`);
       process.exitCode = 2;
       return;
     case undefined:

@@ -1,0 +1,87 @@
+// Calls an engine with undici and relays its response as reply frames. The response body
+// is passed through as bytes: the dispatcher never parses what the engine streams.
+import type { EngineConfig } from '@sluice/config';
+import type { CompletionPath } from '@sluice/protocol';
+import { Pool } from 'undici';
+import { CancelledError } from './cancels.js';
+import type { ReplyRelay } from './relay.js';
+
+export interface EngineTimeouts {
+  /** Until the response head: a prefill can take minutes. */
+  headersTimeoutMs: number;
+  /** Longest gap between two body chunks. */
+  bodyTimeoutMs: number;
+}
+
+export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
+
+export class EngineClient {
+  private readonly pool: Pool;
+  private readonly authorization: string | undefined;
+
+  constructor(
+    readonly config: EngineConfig,
+    timeouts: EngineTimeouts,
+  ) {
+    this.pool = new Pool(config.url, {
+      headersTimeout: timeouts.headersTimeoutMs,
+      bodyTimeout: timeouts.bodyTimeoutMs,
+      // One connection per in-flight request: no request waits behind another's stream.
+      connections: config.maxInflight,
+      pipelining: 1,
+      keepAliveTimeout: 30_000,
+    });
+    this.authorization = config.apiKey ? `Bearer ${config.apiKey}` : undefined;
+  }
+
+  get name(): string {
+    return this.config.name;
+  }
+
+  /** Sends `body` to the engine and relays the answer; never throws. */
+  async call(
+    path: CompletionPath,
+    body: string,
+    relay: ReplyRelay,
+    signal: AbortSignal,
+  ): Promise<CallOutcome> {
+    let headSent = false;
+    try {
+      const headers: Record<string, string> = { 'content-type': 'application/json' };
+      if (this.authorization) headers['authorization'] = this.authorization;
+      const response = await this.pool.request({ path, method: 'POST', headers, body, signal });
+      const contentType = String(response.headers['content-type'] ?? 'application/json');
+      relay.head({ status: response.statusCode, contentType });
+      headSent = true;
+      for await (const chunk of response.body) relay.data(chunk as Buffer);
+      relay.end();
+      return response.statusCode < 500 ? 'ok' : 'engine_error';
+    } catch (err) {
+      if (signal.aborted) {
+        const reason =
+          signal.reason instanceof CancelledError ? signal.reason.message : 'cancelled';
+        relay.error({ status: 499, code: 'cancelled', message: `request cancelled: ${reason}` });
+        return 'cancelled';
+      }
+      const message = err instanceof Error ? err.message : String(err);
+      relay.error(
+        headSent
+          ? {
+              status: 502,
+              code: 'engine_error',
+              message: `engine ${this.name} failed mid-response: ${message}`,
+            }
+          : {
+              status: 503,
+              code: 'engine_unreachable',
+              message: `engine ${this.name} unreachable: ${message}`,
+            },
+      );
+      return headSent ? 'engine_error' : 'engine_unreachable';
+    }
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}

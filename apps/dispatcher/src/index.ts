@@ -1,0 +1,1 @@
+export { runDispatcher, startDispatcher, type Dispatcher } from './main.js';

@@ -1,0 +1,76 @@
+// One leader per pool: a Redis key holding the leader's id with a TTL. The leader renews
+// it every ttl/3; a standby tries to take it every min(ttl/3, 250 ms). A renewal that fails
+// or finds another owner ends the leadership at once.
+import type { Redis } from '@sluice/redis';
+
+const renewScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
+const releaseScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
+
+export interface LeaseEvents {
+  acquired(): void;
+  lost(): void;
+}
+
+export class Lease {
+  private leader = false;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly redis: Redis,
+    readonly key: string,
+    readonly owner: string,
+    readonly ttlMs: number,
+    private readonly events: LeaseEvents,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  get isLeader(): boolean {
+    return this.leader;
+  }
+
+  start(): void {
+    void this.tick();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    if (this.leader) {
+      this.setLeader(false);
+      await this.redis.eval(releaseScript, 1, this.key, this.owner).catch(this.onError);
+    }
+  }
+
+  private async tick(): Promise<void> {
+    try {
+      if (this.leader) {
+        const renewed = await this.redis.eval(
+          renewScript,
+          1,
+          this.key,
+          this.owner,
+          String(this.ttlMs),
+        );
+        if (renewed !== 1) this.setLeader(false);
+      } else {
+        const taken = await this.redis.set(this.key, this.owner, 'PX', this.ttlMs, 'NX');
+        if (taken === 'OK') this.setLeader(true);
+      }
+    } catch (err) {
+      // Redis unreachable: we cannot prove we still hold the lease, so we do not.
+      if (this.leader) this.setLeader(false);
+      this.onError(err);
+    }
+    if (this.stopped) return;
+    const period = this.leader ? this.ttlMs / 3 : Math.min(this.ttlMs / 3, 250);
+    this.timer = setTimeout(() => void this.tick(), period);
+  }
+
+  private setLeader(leader: boolean): void {
+    if (this.leader === leader || (leader && this.stopped)) return;
+    this.leader = leader;
+    if (leader) this.events.acquired();
+    else this.events.lost();
+  }
+}

@@ -1,0 +1,161 @@
+// `sluice dispatcher`: one process that leads or stands by for every configured pool.
+import { randomUUID } from 'node:crypto';
+import { ConfigError, loadConfig, type SluiceConfig } from '@sluice/config';
+import {
+  collectDefaultMetrics,
+  dispatcherMetrics,
+  loggerOptions,
+  Registry,
+} from '@sluice/observability';
+import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
+import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
+import Fastify from 'fastify';
+import { CancelBook } from './cancels.js';
+import { PoolDispatcher } from './pool-dispatcher.js';
+import { RelayHub } from './relay.js';
+import { ReplicaLiveness } from './replicas.js';
+
+export interface Dispatcher {
+  readonly id: string;
+  readonly pools: PoolDispatcher[];
+  /** Base URL of the metrics/health server. */
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher> {
+  const id = config.dispatcher.id ?? `dispatcher-${randomUUID().slice(0, 8)}`;
+  const app = Fastify({ logger: loggerOptions(config.logLevel, 'dispatcher') });
+  const log = app.log;
+  if (config.pools.length === 0)
+    throw new ConfigError(
+      'VLLM_URL',
+      'no pools configured: set VLLM_URL (one engine) or SLUICE_CONFIG (a pools file)',
+    );
+  if (config.maxInflightSource === 'default')
+    log.warn(
+      { maxInflight: config.pools[0]?.engines[0]?.maxInflight },
+      'ADMISSION_MAX_INFLIGHT and VLLM_MAX_NUM_SEQS unset: using vLLM default --max-num-seqs; set them to the engine value',
+    );
+
+  const keys = keySpace(config.redis.prefix);
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'sluice_dispatcher_' });
+  const metrics = dispatcherMetrics(registry);
+  const now = Date.now;
+
+  const redis = createRedis(config.redis.url, {
+    name: `sluice:dispatcher:${id}:command`,
+    role: 'command',
+  });
+  const bull = createRedis(config.redis.url, {
+    name: `sluice:dispatcher:${id}:bullmq`,
+    role: 'bullmq',
+  });
+  const subscriber = createRedis(config.redis.url, {
+    name: `sluice:dispatcher:${id}:cancel`,
+    role: 'subscriber',
+  });
+  for (const conn of [redis, bull, subscriber])
+    conn.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
+  await Promise.all([redisReady(redis), redisReady(bull), redisReady(subscriber)]);
+
+  const hub = new RelayHub(redis, config.relay.livenessMs, now, (type, bytes) => {
+    metrics.relayFrames.inc({ type });
+    if (bytes > 0) metrics.relayBytes.inc(bytes);
+  });
+  const cancels = new CancelBook(60_000, now);
+  const pruneCancels = setInterval(() => cancels.prune(), 10_000);
+  pruneCancels.unref();
+  const replicas = new ReplicaLiveness(redis, keys, 500, now);
+
+  await subscriber.subscribe(keys.cancelChannel);
+  subscriber.on('message', (_channel: string, message: string) => {
+    try {
+      const { jobId, reason } = decodeCancel(message);
+      cancels.cancel(jobId, reason);
+    } catch (err) {
+      if (err instanceof ProtocolError) log.warn({ err: err.message }, 'bad cancel message');
+      else throw err;
+    }
+  });
+
+  const pools = config.pools.map(
+    (pool) =>
+      new PoolDispatcher(pool, {
+        id,
+        keys,
+        redis,
+        bullConnection: bull,
+        hub,
+        cancels,
+        replicas,
+        metrics,
+        leaseTtlMs: config.lease.ttlMs,
+        timeouts: {
+          headersTimeoutMs: config.engine.headersTimeoutMs,
+          bodyTimeoutMs: config.engine.bodyTimeoutMs,
+        },
+        log,
+        now,
+      }),
+  );
+
+  app.get('/metrics', async (_request, reply) =>
+    reply.type(registry.contentType).send(await registry.metrics()),
+  );
+  app.get('/healthz', async () => ({ status: 'ok', id }));
+  app.get('/readyz', async (_request, reply) => {
+    const ok = await redisHealthy(redis);
+    return reply
+      .code(ok ? 200 : 503)
+      .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
+  });
+
+  await Promise.all(pools.map((p) => p.start()));
+  const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
+  log.info(
+    {
+      id,
+      url,
+      pools: config.pools.map((p) => ({
+        name: p.name,
+        engines: p.engines.map((e) => `${e.name}=${e.url} cap ${e.maxInflight}`),
+      })),
+    },
+    'dispatcher ready',
+  );
+
+  return {
+    id,
+    pools,
+    url,
+    async close() {
+      clearInterval(pruneCancels);
+      await Promise.all(pools.map((p) => p.close()));
+      hub.stop();
+      await app.close();
+      await Promise.all(
+        [redis.quit(), bull.quit(), subscriber.quit()].map((p) => p.catch(() => {})),
+      );
+    },
+  };
+}
+
+export async function runDispatcher(): Promise<void> {
+  let config: SluiceConfig;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sluice dispatcher: ${err.message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    throw err;
+  }
+  const dispatcher = await startDispatcher(config);
+  const stop = () => void dispatcher.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}

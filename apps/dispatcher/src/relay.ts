@@ -1,0 +1,143 @@
+// Reply frames for one job, published on its gateway replica's channel.
+//
+// Data chunks that arrive together (a busy engine emits many tokens per tick) are joined
+// into one frame and published on the next turn of the event loop, so a token does not
+// cost a Redis round trip; the publisher connection auto-pipelines what one turn sends.
+// A relay that sent nothing for `livenessMs` sends an `alive` frame, so the gateway can
+// tell a long prefill from a dead dispatcher.
+import {
+  encodeDataFrame,
+  encodeFrame,
+  type ErrorInfo,
+  type Frame,
+  type HeadInfo,
+  type StartInfo,
+} from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+
+export interface RelaySink {
+  publish(channel: string, message: Buffer): void;
+  onFrame?(type: Frame['type'], bytes: number): void;
+}
+
+export class ReplyRelay {
+  private seq = 0;
+  private pending: Buffer[] = [];
+  lastSentAt: number;
+  finished = false;
+
+  constructor(
+    readonly jobId: string,
+    private readonly channel: string,
+    private readonly hub: RelayHub,
+    now: number,
+  ) {
+    this.lastSentAt = now;
+  }
+
+  start(info: StartInfo): void {
+    this.send({ type: 'start', jobId: this.jobId, seq: this.seq++, info });
+  }
+
+  head(info: HeadInfo): void {
+    this.send({ type: 'head', jobId: this.jobId, seq: this.seq++, info });
+  }
+
+  data(chunk: Buffer): void {
+    if (this.pending.length === 0) this.hub.schedule(this);
+    this.pending.push(chunk);
+  }
+
+  end(): void {
+    this.flush();
+    this.send({ type: 'end', jobId: this.jobId, seq: this.seq++ });
+    this.finished = true;
+  }
+
+  error(info: ErrorInfo): void {
+    this.flush();
+    this.send({ type: 'error', jobId: this.jobId, seq: this.seq++, info });
+    this.finished = true;
+  }
+
+  alive(now: number): void {
+    if (this.finished || now - this.lastSentAt < this.hub.livenessMs) return;
+    this.send({ type: 'alive', jobId: this.jobId, seq: this.seq++ });
+  }
+
+  /** Publishes pending data as one frame. */
+  flush(): void {
+    if (this.pending.length === 0 || this.finished) return;
+    const chunks = this.pending;
+    this.pending = [];
+    const message = encodeDataFrame(this.jobId, this.seq++, chunks);
+    this.hub.publish(this, message, 'data', message.length);
+  }
+
+  private send(frame: Frame): void {
+    if (this.finished) return;
+    this.hub.publish(this, encodeFrame(frame), frame.type, 0);
+  }
+
+  get channelName(): string {
+    return this.channel;
+  }
+}
+
+/** Owns the flush turn and the liveness timer for every relay of a dispatcher. */
+export class RelayHub {
+  private readonly due = new Set<ReplyRelay>();
+  private readonly live = new Set<ReplyRelay>();
+  private flushScheduled = false;
+  private readonly timer: NodeJS.Timeout;
+
+  constructor(
+    private readonly publisher: Redis,
+    readonly livenessMs: number,
+    private readonly now: () => number,
+    private readonly onFrame: (type: Frame['type'], bytes: number) => void = () => {},
+  ) {
+    this.timer = setInterval(() => this.sendLiveness(), Math.max(50, Math.floor(livenessMs / 2)));
+    this.timer.unref();
+  }
+
+  open(jobId: string, channel: string): ReplyRelay {
+    const relay = new ReplyRelay(jobId, channel, this, this.now());
+    this.live.add(relay);
+    return relay;
+  }
+
+  close(relay: ReplyRelay): void {
+    relay.flush();
+    this.live.delete(relay);
+    this.due.delete(relay);
+  }
+
+  schedule(relay: ReplyRelay): void {
+    this.due.add(relay);
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      for (const r of this.due) r.flush();
+      this.due.clear();
+    });
+  }
+
+  publish(relay: ReplyRelay, message: Buffer, type: Frame['type'], dataBytes: number): void {
+    relay.lastSentAt = this.now();
+    this.onFrame(type, dataBytes);
+    // A failed publish is not retried: the gateway notices the gap or the silence and
+    // tells its client, which is the honest outcome.
+    this.publisher.publish(relay.channelName, message).catch(() => {});
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+  }
+
+  private sendLiveness(): void {
+    const now = this.now();
+    for (const relay of this.live) relay.alive(now);
+  }
+}

@@ -1,0 +1,1 @@
+export { runGateway, startGateway, type Gateway } from './main.js';

@@ -1,0 +1,104 @@
+// The gateway's side of one pool: adding jobs, the depth bound, leader presence and the
+// Retry-After estimate. Leader presence and pool stats are read at most once a second per
+// pool, not per request.
+import { retryAfterSeconds } from '@sluice/admission';
+import type { PoolConfig } from '@sluice/config';
+import { bullPriority, decodePoolStats, type JobPayload, type KeySpace } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import { Queue } from 'bullmq';
+
+// Counts the pool's queued jobs (plain wait list + prioritised set) and answers -1 when the
+// bound is reached. Checked atomically per request; the add that follows is BullMQ's own
+// script, so N replicas racing in one burst can overshoot the bound by at most N - 1.
+const depthScript = `local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2])
+if n >= tonumber(ARGV[1]) then return -1 end
+return n`;
+
+const CACHE_MS = 1000;
+
+export class PoolQueue {
+  readonly queue: Queue;
+  private readonly waitKey: string;
+  private readonly prioritizedKey: string;
+  private leaderSeen = { value: false, until: 0 };
+  private stats = { drainPerSecond: undefined as number | undefined, until: 0 };
+  private lastQueued = 0;
+
+  constructor(
+    readonly pool: PoolConfig,
+    private readonly keys: KeySpace,
+    private readonly redis: Redis,
+    bullConnection: Redis,
+    private readonly maxPriority: number,
+    private readonly now: () => number,
+  ) {
+    const name = keys.queueName(pool.name);
+    this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
+    this.waitKey = `${keys.prefix}:${name}:wait`;
+    this.prioritizedKey = `${keys.prefix}:${name}:prioritized`;
+  }
+
+  /** True when a dispatcher holds this pool's lease (cached for a second). */
+  async hasLeader(): Promise<boolean> {
+    const now = this.now();
+    if (this.leaderSeen.until > now) return this.leaderSeen.value;
+    const value = (await this.redis.exists(this.keys.lease(this.pool.name))) === 1;
+    this.leaderSeen = { value, until: now + CACHE_MS };
+    return value;
+  }
+
+  /** Adds the job unless the queue is at its depth bound; false when refused. */
+  async add(jobId: string, payload: JobPayload): Promise<boolean> {
+    const queued = Number(
+      await this.redis.eval(
+        depthScript,
+        2,
+        this.waitKey,
+        this.prioritizedKey,
+        String(this.pool.queueDepth),
+      ),
+    );
+    if (queued < 0) {
+      this.lastQueued = this.pool.queueDepth;
+      return false;
+    }
+    this.lastQueued = queued + 1;
+    await this.queue.add('completion', payload, {
+      jobId,
+      priority: bullPriority(payload.priority, this.maxPriority),
+      attempts: 1,
+      // Bodies are prompts: nothing stays in Redis once a request is answered.
+      removeOnComplete: true,
+      removeOnFail: true,
+    });
+    return true;
+  }
+
+  /** Removes a job that is still queued; false when the dispatcher has taken it already. */
+  async removeQueued(jobId: string): Promise<boolean> {
+    return (await this.queue.remove(jobId)) === 1;
+  }
+
+  /** Seconds a refused client should wait, from the leader's published drain rate. */
+  async retryAfter(): Promise<number> {
+    const now = this.now();
+    if (this.stats.until <= now) {
+      const text = await this.redis.get(this.keys.poolStats(this.pool.name)).catch(() => null);
+      let drainPerSecond: number | undefined;
+      try {
+        drainPerSecond = text ? decodePoolStats(text).drainPerSecond : undefined;
+      } catch {
+        drainPerSecond = undefined;
+      }
+      this.stats = { drainPerSecond, until: now + CACHE_MS };
+    }
+    return retryAfterSeconds({
+      queued: this.lastQueued,
+      drainPerSecond: this.stats.drainPerSecond,
+    });
+  }
+
+  close(): Promise<void> {
+    return this.queue.close();
+  }
+}

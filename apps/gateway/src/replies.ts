@@ -1,0 +1,62 @@
+// This replica's reply channel: frames from the dispatcher, routed to held requests by
+// job id, and a watchdog that ends requests whose dispatcher went silent.
+import { decodeFrame, ProtocolError, frameJobId } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { HeldRequest } from './held-request.js';
+
+export class ReplyRouter {
+  readonly held = new Map<string, HeldRequest>();
+  private readonly watchdog: NodeJS.Timeout;
+
+  constructor(
+    private readonly subscriber: Redis,
+    private readonly channel: string,
+    private readonly silenceTimeoutMs: number,
+    private readonly now: () => number,
+    private readonly onBadFrame: (kind: 'undecodable' | 'unknown_job', detail: string) => void,
+  ) {
+    this.watchdog = setInterval(
+      () => this.checkSilence(),
+      Math.max(50, Math.floor(silenceTimeoutMs / 5)),
+    );
+    this.watchdog.unref();
+  }
+
+  async start(): Promise<void> {
+    this.subscriber.on('messageBuffer', (channel: Buffer, message: Buffer) => {
+      if (channel.toString() === this.channel) this.route(message);
+    });
+    await this.subscriber.subscribe(this.channel);
+  }
+
+  stop(): void {
+    clearInterval(this.watchdog);
+  }
+
+  private route(message: Buffer): void {
+    const jobId = frameJobId(message);
+    const held = jobId === undefined ? undefined : this.held.get(jobId);
+    if (!held) {
+      // Frames for a request that already ended (client gone, timed out) are expected.
+      this.onBadFrame('unknown_job', jobId ?? '?');
+      return;
+    }
+    try {
+      held.onFrame(decodeFrame(message));
+    } catch (err) {
+      if (!(err instanceof ProtocolError)) throw err;
+      this.onBadFrame('undecodable', err.message);
+      held.fail({
+        status: 502,
+        reason: 'frame_lost',
+        message: `reply stream broken: ${err.message}`,
+      });
+    }
+  }
+
+  private checkSilence(): void {
+    const cutoff = this.now() - this.silenceTimeoutMs;
+    for (const held of this.held.values())
+      if (held.state === 'running' && held.lastFrameAt < cutoff) held.silent();
+  }
+}

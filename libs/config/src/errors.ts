@@ -1,0 +1,39 @@
+/**
+ * Thrown for any configuration value that is not allowed. The message is one line that
+ * names the variable (or the YAML path), shows the value and says what is allowed, e.g.
+ * `ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number from 0 to 1`.
+ */
+export class ConfigError extends Error {
+  readonly code = 'ERR_SLUICE_CONFIG';
+  /** The environment variable, or the path inside the YAML file (`pools[0].engines[1].url`). */
+  readonly variable: string;
+
+  constructor(variable: string, message: string) {
+    super(message);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}
+
+const MAX_SHOWN = 120;
+
+/** A value as it appears in a message: JSON (so quotes and blanks are visible), one line, capped. */
+export function show(value: unknown): string {
+  let text: string;
+  try {
+    text = JSON.stringify(value) ?? String(value);
+  } catch {
+    text = String(value);
+  }
+  return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN)}…` : text;
+}
+
+/** How a secret appears in a message: never its characters, only its length. */
+export function hidden(value: string): string {
+  return `(hidden, ${value.length} characters)`;
+}
+
+/** `NAME=<shown value> is invalid: expected <allowed>`. */
+export function invalid(variable: string, shown: string, allowed: string): ConfigError {
+  return new ConfigError(variable, `${variable}=${shown} is invalid: expected ${allowed}`);
+}

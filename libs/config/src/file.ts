@@ -1,0 +1,232 @@
+// The optional YAML file (SLUICE_CONFIG): pools, engines and pass-through models. Validated
+// strictly: an unknown key is an error, because a typo in a file is a bug, not a choice.
+import { parseDocument } from 'yaml';
+import { ConfigError, show } from './errors.js';
+import { engineNameFromUrl, matching, type Rule } from './rules.js';
+import type { EngineConfig, PassthroughConfig, PoolConfig } from './types.js';
+import { shared } from './variables.js';
+
+/** Values a pool or engine takes when the file does not say. */
+export interface FileDefaults {
+  maxInflight: number;
+  queueDepth: number;
+  maxParkSeconds: number;
+  apiKey: string | undefined;
+}
+
+export interface FileContents {
+  pools: PoolConfig[];
+  passthrough: PassthroughConfig[];
+  /** Whether some engine took its cap from `FileDefaults` rather than from the file. */
+  usedDefaultCap: boolean;
+}
+
+const TOP_KEYS = ['pools', 'passthrough'] as const;
+const POOL_KEYS = [
+  'name',
+  'models',
+  'maxInflight',
+  'queueDepth',
+  'maxParkSeconds',
+  'engines',
+] as const;
+const ENGINE_KEYS = ['url', 'name', 'maxInflight', 'apiKey'] as const;
+const PASSTHROUGH_KEYS = ['model', 'url'] as const;
+
+const poolName = matching(/^[a-z0-9-]{1,63}$/, "1 to 63 lower-case letters, digits or '-'");
+const engineName = matching(
+  /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/,
+  "1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit",
+);
+
+type Mapping = Record<string, unknown>;
+
+const isMapping = (value: unknown): value is Mapping =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
+
+/** Reads one file; every error names the file and the path inside it. */
+class FileChecker {
+  constructor(readonly file: string) {}
+
+  error(path: string, detail: string): ConfigError {
+    return new ConfigError(path, `${this.file}: ${path} ${detail}`);
+  }
+
+  invalid(path: string, value: unknown, allowed: string, secret = false): ConfigError {
+    const shown =
+      secret && typeof value === 'string' ? `(hidden, ${value.length} characters)` : show(value);
+    return new ConfigError(path, `${this.file}: ${path}=${shown} is invalid: expected ${allowed}`);
+  }
+
+  mapping(value: unknown, path: string, keys: readonly string[]): Mapping {
+    if (!isMapping(value))
+      throw this.invalid(path || '(document)', value, `a mapping with keys ${keys.join(', ')}`);
+    for (const key of Object.keys(value))
+      if (!keys.includes(key))
+        throw this.error(join(path, key), `is not a known key: expected one of ${keys.join(', ')}`);
+    return value;
+  }
+
+  list(value: unknown, path: string, what: string, nonEmpty: boolean): unknown[] {
+    const allowed = `a ${nonEmpty ? 'non-empty ' : ''}list of ${what}`;
+    if (value === undefined || value === null)
+      throw this.error(path, `is missing: expected ${allowed}`);
+    if (!Array.isArray(value) || (nonEmpty && value.length === 0))
+      throw this.invalid(path, value, allowed);
+    return value;
+  }
+
+  optional<T>(
+    owner: Mapping,
+    key: string,
+    path: string,
+    rule: Rule<T>,
+    secret = false,
+  ): T | undefined {
+    if (!Object.hasOwn(owner, key)) return undefined;
+    const raw = owner[key];
+    const value = rule.fromValue(raw);
+    if (value === undefined) throw this.invalid(join(path, key), raw, rule.allowed, secret);
+    return value;
+  }
+
+  required<T>(owner: Mapping, key: string, path: string, rule: Rule<T>): T {
+    if (!Object.hasOwn(owner, key) || owner[key] === null)
+      throw this.error(join(path, key), `is missing: expected ${rule.allowed}`);
+    return this.optional(owner, key, path, rule) as T;
+  }
+}
+
+const join = (path: string, key: string) => (path === '' ? key : `${path}.${key}`);
+
+/** Turns the text of a YAML document into plain data, or throws one line naming the file. */
+function parseYaml(file: string, text: string): unknown {
+  // prettyErrors puts "at line L, column C:" at the end of the first line, then a code frame.
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  const problem = doc.errors[0] ?? doc.warnings[0];
+  if (problem) {
+    const detail = (problem.message.split('\n')[0] ?? '').replace(/:\s*$/, '');
+    throw new ConfigError('SLUICE_CONFIG', `${file}: not valid YAML: ${detail}`);
+  }
+  try {
+    return doc.toJS({ maxAliasCount: 100 });
+  } catch (error) {
+    const detail = (error instanceof Error ? error.message : String(error)).split('\n')[0];
+    throw new ConfigError('SLUICE_CONFIG', `${file}: not valid YAML: ${detail}`);
+  }
+}
+
+/**
+ * Validates the file's text. `file` is only used in messages. Models must be unique across
+ * pools and pass-through entries; engine URLs and names unique across pools (one engine in
+ * two pools would be released by two dispatchers, each with its own cap).
+ */
+export function readPoolFile(file: string, text: string, defaults: FileDefaults): FileContents {
+  const check = new FileChecker(file);
+  const root = check.mapping(parseYaml(file, text), '', TOP_KEYS);
+
+  const modelAt = new Map<string, string>();
+  const claimModel = (model: string, path: string) => {
+    const previous = modelAt.get(model);
+    if (previous !== undefined)
+      throw check.invalid(path, model, `a model not routed elsewhere (already at ${previous})`);
+    modelAt.set(model, path);
+  };
+  const poolAt = new Map<string, string>();
+  const urlAt = new Map<string, string>();
+  const engineAt = new Map<string, string>();
+  let usedDefaultCap = false;
+
+  const pools: PoolConfig[] = [];
+  const rawPools = Object.hasOwn(root, 'pools')
+    ? check.list(root['pools'], 'pools', 'pools', false)
+    : [];
+  rawPools.forEach((rawPool, p) => {
+    const path = `pools[${p}]`;
+    const pool = check.mapping(rawPool, path, POOL_KEYS);
+    const name = check.required(pool, 'name', path, poolName);
+    const previousPool = poolAt.get(name);
+    if (previousPool !== undefined)
+      throw check.invalid(
+        `${path}.name`,
+        name,
+        `a name not used by another pool (${previousPool})`,
+      );
+    poolAt.set(name, path);
+
+    const models = check
+      .list(pool['models'], `${path}.models`, 'model names', true)
+      .map((raw, m) => {
+        const modelPath = `${path}.models[${m}]`;
+        const model = shared.modelName.fromValue(raw);
+        if (model === undefined) throw check.invalid(modelPath, raw, shared.modelName.allowed);
+        claimModel(model, modelPath);
+        return model;
+      });
+
+    const poolCap = check.optional(pool, 'maxInflight', path, shared.maxInflight);
+    const queueDepth = check.optional(pool, 'queueDepth', path, shared.queueDepth);
+    const maxParkSeconds = check.optional(pool, 'maxParkSeconds', path, shared.maxParkSeconds);
+
+    const engines = check
+      .list(pool['engines'], `${path}.engines`, 'engines', true)
+      .map((rawEngine, e): EngineConfig => {
+        const enginePath = `${path}.engines[${e}]`;
+        const engine = check.mapping(rawEngine, enginePath, ENGINE_KEYS);
+        const url = check.required(engine, 'url', enginePath, shared.engineUrl);
+        const previousUrl = urlAt.get(url);
+        if (previousUrl !== undefined)
+          throw check.invalid(
+            `${enginePath}.url`,
+            url,
+            `an engine not listed elsewhere (already at ${previousUrl}; two pools would each apply their own cap)`,
+          );
+        urlAt.set(url, enginePath);
+
+        const given = check.optional(engine, 'name', enginePath, engineName);
+        const name = given ?? engineNameFromUrl(url);
+        const previousName = engineAt.get(name);
+        if (previousName !== undefined)
+          throw check.invalid(
+            `${enginePath}.name`,
+            name,
+            `a name not used by another engine (${previousName})${given === undefined ? '; the name comes from the URL, so set name' : ''}`,
+          );
+        engineAt.set(name, enginePath);
+
+        const cap =
+          check.optional(engine, 'maxInflight', enginePath, shared.maxInflight) ?? poolCap;
+        if (cap === undefined) usedDefaultCap = true;
+        const apiKey =
+          check.optional(engine, 'apiKey', enginePath, shared.apiKey, true) ?? defaults.apiKey;
+        return {
+          name,
+          url,
+          maxInflight: cap ?? defaults.maxInflight,
+          ...(apiKey === undefined ? {} : { apiKey }),
+        };
+      });
+
+    pools.push({
+      name,
+      models,
+      engines,
+      queueDepth: queueDepth ?? defaults.queueDepth,
+      maxParkSeconds: maxParkSeconds ?? defaults.maxParkSeconds,
+    });
+  });
+
+  const rawPassthrough = Object.hasOwn(root, 'passthrough')
+    ? check.list(root['passthrough'], 'passthrough', 'pass-through backends', false)
+    : [];
+  const passthrough = rawPassthrough.map((raw, i): PassthroughConfig => {
+    const path = `passthrough[${i}]`;
+    const entry = check.mapping(raw, path, PASSTHROUGH_KEYS);
+    const model = check.required(entry, 'model', path, shared.modelName);
+    claimModel(model, `${path}.model`);
+    const url = check.required(entry, 'url', path, shared.engineUrl);
+    return { model, url };
+  });
+
+  return { pools, passthrough, usedDefaultCap };
+}

@@ -1,0 +1,162 @@
+// Environment (+ optional YAML file) → SluiceConfig. Pure apart from the injected readFile:
+// no network, no discovery, no logging. Every value is validated; the first bad one throws.
+import { readFileSync } from 'node:fs';
+import { ConfigError, invalid, show } from './errors.js';
+import { readPoolFile } from './file.js';
+import { engineNameFromUrl } from './rules.js';
+import type { MaxInflightSource, PoolConfig, SluiceConfig } from './types.js';
+import {
+  VARIABLES,
+  VLLM_DEFAULT_MAX_NUM_SEQS,
+  readVariables,
+  type EnvValues,
+} from './variables.js';
+
+export type ReadFile = (path: string) => string;
+
+const readUtf8: ReadFile = (path) => readFileSync(path, 'utf8');
+
+/** The relay's silence timeout must leave room for one lost liveness frame and then some. */
+function checkRelay(vars: EnvValues): { livenessMs: number; silenceTimeoutMs: number } {
+  const livenessMs = vars.must('SLUICE_RELAY_LIVENESS_MS');
+  const silenceTimeoutMs = vars.must('SLUICE_RELAY_SILENCE_TIMEOUT_MS');
+  if (silenceTimeoutMs > 2 * livenessMs) return { livenessMs, silenceTimeoutMs };
+  // Blame the variable the operator wrote; when both are set, the timeout.
+  if (!vars.isSet('SLUICE_RELAY_SILENCE_TIMEOUT_MS'))
+    throw invalid(
+      'SLUICE_RELAY_LIVENESS_MS',
+      vars.shown('SLUICE_RELAY_LIVENESS_MS'),
+      `less than half of SLUICE_RELAY_SILENCE_TIMEOUT_MS (${silenceTimeoutMs}), i.e. < ${silenceTimeoutMs / 2}`,
+    );
+  throw invalid(
+    'SLUICE_RELAY_SILENCE_TIMEOUT_MS',
+    vars.shown('SLUICE_RELAY_SILENCE_TIMEOUT_MS'),
+    `more than 2 x SLUICE_RELAY_LIVENESS_MS (${livenessMs}), i.e. > ${2 * livenessMs}`,
+  );
+}
+
+function defaultCap(vars: EnvValues): { cap: number; source: MaxInflightSource } {
+  const explicit = vars.get('ADMISSION_MAX_INFLIGHT');
+  if (explicit !== undefined) return { cap: explicit, source: 'ADMISSION_MAX_INFLIGHT' };
+  const seqs = vars.get('VLLM_MAX_NUM_SEQS');
+  if (seqs !== undefined) return { cap: seqs, source: 'VLLM_MAX_NUM_SEQS' };
+  return { cap: VLLM_DEFAULT_MAX_NUM_SEQS, source: 'default' };
+}
+
+function readFileText(path: string, readFile: ReadFile): string {
+  try {
+    return readFile(path);
+  } catch (error) {
+    const detail = (error instanceof Error ? error.message : String(error)).split('\n')[0];
+    throw invalid('SLUICE_CONFIG', show(path), `a readable file (${detail})`);
+  }
+}
+
+/**
+ * Reads and validates the whole configuration. Throws `ConfigError` (code `ERR_SLUICE_CONFIG`)
+ * with a one-line message at the first bad value. Unknown `SLUICE_*` / `ADMISSION_*`
+ * variables are ignored (the environment is shared); unknown keys in the YAML file are not.
+ */
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  readFile: ReadFile = readUtf8,
+): SluiceConfig {
+  const vars = readVariables(env);
+  const relay = checkRelay(vars);
+
+  const gpuSource = vars.must('GPU_SOURCE');
+  const dcgmUrl = vars.get('DCGM_URL');
+  if (gpuSource === 'dcgm' && dcgmUrl === undefined)
+    throw new ConfigError(
+      'DCGM_URL',
+      `DCGM_URL is unset: expected ${VARIABLES.DCGM_URL.allowed} when GPU_SOURCE=dcgm`,
+    );
+
+  const file = vars.get('SLUICE_CONFIG');
+  const vllmUrl = vars.get('VLLM_URL');
+  if (file !== undefined && vllmUrl !== undefined)
+    throw invalid(
+      'VLLM_URL',
+      vars.shown('VLLM_URL'),
+      `unset when SLUICE_CONFIG is set (${show(file)}); list the engine in that file instead`,
+    );
+
+  const { cap, source: envSource } = defaultCap(vars);
+  const queueDepth = vars.must('VLLM_MAX_QUEUE_DEPTH');
+  const maxParkSeconds = vars.must('ADMISSION_MAX_PARK_SECONDS');
+  const apiKey = vars.get('VLLM_API_KEY');
+
+  let pools: PoolConfig[] = [];
+  let passthrough: SluiceConfig['passthrough'] = [];
+  let maxInflightSource: MaxInflightSource = envSource;
+  if (file !== undefined) {
+    const contents = readPoolFile(file, readFileText(file, readFile), {
+      maxInflight: cap,
+      queueDepth,
+      maxParkSeconds,
+      apiKey,
+    });
+    pools = contents.pools;
+    passthrough = contents.passthrough;
+    const anyEngine = pools.some((pool) => pool.engines.length > 0);
+    if (anyEngine && !contents.usedDefaultCap) maxInflightSource = 'config';
+  } else if (vllmUrl !== undefined) {
+    const model = vars.get('VLLM_MODEL');
+    pools = [
+      {
+        name: 'default',
+        models: model === undefined ? [] : [model],
+        engines: [
+          {
+            name: engineNameFromUrl(vllmUrl),
+            url: vllmUrl,
+            maxInflight: cap,
+            ...(apiKey === undefined ? {} : { apiKey }),
+          },
+        ],
+        queueDepth,
+        maxParkSeconds,
+      },
+    ];
+  }
+
+  const replicaId = vars.get('SLUICE_REPLICA_ID');
+  const dispatcherId = vars.get('SLUICE_DISPATCHER_ID');
+  return {
+    redis: { url: vars.must('REDIS_URL'), prefix: vars.must('SLUICE_REDIS_PREFIX') },
+    http: {
+      host: vars.must('HOST'),
+      port: vars.must('PORT'),
+      metricsPort: vars.must('METRICS_PORT'),
+    },
+    pools,
+    passthrough,
+    maxInflightSource,
+    admission: {
+      kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),
+      failMode: vars.must('ADMISSION_FAIL_MODE'),
+    },
+    limits: {
+      maxBodyBytes: vars.must('MAX_BODY_BYTES'),
+      heartbeatSeconds: vars.must('SSE_HEARTBEAT_SECONDS'),
+      slowClientBytes: vars.must('SLUICE_SLOW_CLIENT_BYTES'),
+      priorityHeader: vars.must('SLUICE_PRIORITY_HEADER'),
+      maxPriority: vars.must('SLUICE_MAX_PRIORITY'),
+    },
+    relay,
+    lease: { ttlMs: vars.must('SLUICE_LEASE_TTL_MS') },
+    replica: {
+      ...(replicaId === undefined ? {} : { id: replicaId }),
+      ttlMs: vars.must('SLUICE_REPLICA_TTL_MS'),
+    },
+    dispatcher: dispatcherId === undefined ? {} : { id: dispatcherId },
+    engine: {
+      scrapeIntervalMs: vars.must('ENGINE_SCRAPE_INTERVAL_MS'),
+      staleAfterFailures: vars.must('ENGINE_STALE_AFTER_FAILURES'),
+      headersTimeoutMs: vars.must('ENGINE_HEADERS_TIMEOUT_MS'),
+      bodyTimeoutMs: vars.must('ENGINE_BODY_TIMEOUT_MS'),
+    },
+    gpu: { source: gpuSource, ...(dcgmUrl === undefined ? {} : { dcgmUrl }) },
+    logLevel: vars.must('LOG_LEVEL'),
+  };
+}

@@ -1,0 +1,162 @@
+// What a value may be, defined once and used both for environment variables (text) and for
+// the YAML file (typed values), so `VLLM_MAX_QUEUE_DEPTH` and `pools[0].queueDepth` can never
+// accept different things.
+
+export interface Rule<T> {
+  /** Completes the sentence "expected …" in an error message and the README table. */
+  readonly allowed: string;
+  /** Parses an environment value; `undefined` when it is not allowed. */
+  readonly fromText: (raw: string) => T | undefined;
+  /** Checks a value read from the YAML file; `undefined` when it is not allowed. */
+  readonly fromValue: (value: unknown) => T | undefined;
+}
+
+/** Longest delay Node's timers honour; a larger one silently fires after 1 ms. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+const INTEGER_TEXT = /^-?\d+$/;
+const DECIMAL_TEXT = /^-?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+function textOnly<T>(fromText: (raw: string) => T | undefined) {
+  return (value: unknown) => (typeof value === 'string' ? fromText(value) : undefined);
+}
+
+/** Whole numbers written in decimal digits: no `1e3`, `0x10`, blanks or empty strings. */
+export function integer(min: number, max: number = Number.MAX_SAFE_INTEGER): Rule<number> {
+  const allowed =
+    max === Number.MAX_SAFE_INTEGER ? `an integer >= ${min}` : `an integer from ${min} to ${max}`;
+  const check = (n: number) =>
+    Number.isSafeInteger(n) && n >= min && n <= max ? (Object.is(n, -0) ? 0 : n) : undefined;
+  return {
+    allowed,
+    fromText: (raw) => (INTEGER_TEXT.test(raw) ? check(Number(raw)) : undefined),
+    fromValue: (value) => (typeof value === 'number' ? check(value) : undefined),
+  };
+}
+
+export interface DecimalBounds {
+  min: number;
+  /** Strictly greater than `min`. */
+  exclusiveMin?: boolean;
+  max?: number;
+}
+
+/** Finite decimal numbers (`0.9`, `.5`, `2e-1`); no `Infinity`, `NaN`, hex or blanks. */
+export function decimal({ min, exclusiveMin = false, max }: DecimalBounds): Rule<number> {
+  const low = exclusiveMin ? `> ${min}` : `>= ${min}`;
+  const allowed =
+    max === undefined
+      ? `a number ${low}`
+      : exclusiveMin
+        ? `a number > ${min} and <= ${max}`
+        : `a number from ${min} to ${max}`;
+  const check = (n: number) =>
+    Number.isFinite(n) && (exclusiveMin ? n > min : n >= min) && (max === undefined || n <= max)
+      ? n
+      : undefined;
+  return {
+    allowed,
+    fromText: (raw) => (DECIMAL_TEXT.test(raw) ? check(Number(raw)) : undefined),
+    fromValue: (value) => (typeof value === 'number' ? check(value) : undefined),
+  };
+}
+
+/** One of a fixed set of words; case-insensitive, normalised to the listed spelling. */
+export function oneOf<const T extends string>(values: readonly T[]): Rule<T> {
+  const byLower = new Map(values.map((v) => [v.toLowerCase(), v]));
+  const fromText = (raw: string) => byLower.get(raw.toLowerCase());
+  return { allowed: `one of ${values.join(', ')}`, fromText, fromValue: textOnly(fromText) };
+}
+
+/** Text matching `pattern`, optionally normalised. */
+export function matching(
+  pattern: RegExp,
+  allowed: string,
+  normalise: (raw: string) => string = (raw) => raw,
+): Rule<string> {
+  const fromText = (raw: string) => (pattern.test(raw) ? normalise(raw) : undefined);
+  return { allowed, fromText, fromValue: textOnly(fromText) };
+}
+
+function parseUrl(raw: string): URL | undefined {
+  // The WHATWG parser quietly strips surrounding blanks and control characters; we do not.
+  if (raw !== raw.trim() || /[\s\p{Cc}]/u.test(raw)) return undefined;
+  try {
+    return new URL(raw);
+  } catch {
+    return undefined;
+  }
+}
+
+function isPlainHttp(url: URL, raw: string): boolean {
+  return (
+    (url.protocol === 'http:' || url.protocol === 'https:') &&
+    url.hostname !== '' &&
+    url.username === '' &&
+    url.password === '' &&
+    !raw.includes('?') &&
+    !raw.includes('#')
+  );
+}
+
+/**
+ * An engine or backend base URL: http(s), no credentials (use `apiKey`), no query, and no
+ * trailing `/v1` (Sluice appends `/v1/...` and `/metrics` itself). Normalised without the
+ * trailing slash, so `http://vllm-0:8000/` becomes `http://vllm-0:8000`.
+ */
+export function baseUrl(): Rule<string> {
+  const fromText = (raw: string) => {
+    const url = parseUrl(raw);
+    if (!url || !isPlainHttp(url, raw)) return undefined;
+    const path = url.pathname.replace(/\/+$/, '');
+    if (/\/v1$/i.test(path)) return undefined;
+    return url.origin + path;
+  };
+  return {
+    allowed:
+      'an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+    fromText,
+    fromValue: textOnly(fromText),
+  };
+}
+
+/** A full http(s) URL of an endpoint (path kept as written), e.g. dcgm-exporter's /metrics. */
+export function endpointUrl(example: string): Rule<string> {
+  const fromText = (raw: string) => {
+    const url = parseUrl(raw);
+    return url && isPlainHttp(url, raw) ? url.href : undefined;
+  };
+  return {
+    allowed: `an http:// or https:// URL without credentials or query, e.g. ${example}`,
+    fromText,
+    fromValue: textOnly(fromText),
+  };
+}
+
+/** `redis://` or `rediss://`, optional user and password, optional numeric database. */
+export function redisUrl(): Rule<string> {
+  const fromText = (raw: string) => {
+    const url = parseUrl(raw);
+    if (!url || (url.protocol !== 'redis:' && url.protocol !== 'rediss:')) return undefined;
+    if (url.hostname === '' || !/^(\/(\d+)?)?$/.test(url.pathname) || raw.includes('#'))
+      return undefined;
+    return raw; // as written: ioredis parses it again, and re-encoding could alter a password
+  };
+  return {
+    allowed: 'a redis:// or rediss:// URL such as redis://:password@host:6379/0',
+    fromText,
+    fromValue: textOnly(fromText),
+  };
+}
+
+/** Masks the credentials of a URL-like string for messages: `redis://***@host:6379`. */
+export function maskCredentials(raw: string): string {
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^@/]*@/i, '$1***@');
+}
+
+/** The name an engine gets when the file gives none: `host:port` of its URL. */
+export function engineNameFromUrl(url: string): string {
+  const parsed = new URL(url);
+  const port = parsed.port || (parsed.protocol === 'https:' ? '443' : '80');
+  return `${parsed.hostname}:${port}`;
+}

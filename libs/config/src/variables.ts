@@ -1,0 +1,269 @@
+// Every environment variable Sluice reads: one table, so names, defaults, validation and the
+// README / --help text cannot drift apart. Each variable is defined here exactly once.
+import { hidden, invalid, show } from './errors.js';
+import {
+  MAX_TIMER_MS,
+  baseUrl,
+  decimal,
+  endpointUrl,
+  integer,
+  maskCredentials,
+  matching,
+  oneOf,
+  redisUrl,
+  type Rule,
+} from './rules.js';
+
+/** vLLM's own default for `--max-num-seqs`: the cap when nothing better is known. */
+export const VLLM_DEFAULT_MAX_NUM_SEQS = 256;
+
+const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
+
+/** Rules shared by an environment variable and a field of the YAML file. */
+export const shared = {
+  maxInflight: integer(1),
+  queueDepth: integer(0),
+  maxParkSeconds: decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+  engineUrl: baseUrl(),
+  modelName: matching(
+    /^[^\s\p{Cc}](?:[^\p{Cc}]*[^\s\p{Cc}])?$/u,
+    'a non-empty model name without surrounding blanks or control characters',
+  ),
+  apiKey: matching(/^[\x21-\x7e]+$/, 'a token of visible ASCII characters (no blanks or newlines)'),
+} as const;
+
+export const GPU_SOURCES = ['none', 'nvml', 'dcgm', 'nvidia-smi', 'mock'] as const;
+export const FAIL_MODES = ['open', 'closed'] as const;
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+export interface Variable<T> extends Rule<T> {
+  /** The value when the variable is unset or empty; none for optional or derived values. */
+  readonly fallback?: T;
+  /** The default column of the table, when it is not simply `fallback`. */
+  readonly defaultText?: string;
+  readonly help: string;
+  /** How a raw value appears in an error message (secrets are never shown). */
+  readonly display?: (raw: string) => string;
+}
+
+function v<T>(rule: Rule<T>, spec: Omit<Variable<NoInfer<T>>, keyof Rule<T>>): Variable<T> {
+  return { ...rule, ...spec };
+}
+
+const ms = (min: number) => integer(min, MAX_TIMER_MS);
+const id = matching(/^[A-Za-z0-9._-]{1,128}$/, "1 to 128 letters, digits, '.', '_' or '-'");
+
+export const VARIABLES = {
+  SLUICE_CONFIG: v(matching(/^\S(.*\S)?$/, 'a file path'), {
+    defaultText: 'unset',
+    help: 'YAML file with pools, engines and pass-through models (see the README); not together with VLLM_URL',
+  }),
+  REDIS_URL: v(redisUrl(), {
+    fallback: 'redis://127.0.0.1:6379',
+    help: 'Redis for the queue, reply channels and leases; may carry a password and a database number',
+    display: (raw) => show(maskCredentials(raw)),
+  }),
+  SLUICE_REDIS_PREFIX: v(
+    matching(
+      /^[A-Za-z0-9_:-]*(\{[A-Za-z0-9_:-]+\})?[A-Za-z0-9_:-]*$/,
+      'letters, digits, _ - : and at most one {hash tag}, e.g. sluice or {sluice}',
+    ),
+    {
+      fallback: 'sluice',
+      help: 'prefix of every Redis key and channel; write {sluice} on Redis Cluster so BullMQ scripts stay in one slot',
+    },
+  ),
+  HOST: v(matching(/^[A-Za-z0-9._:%-]+$/, 'a host name or IP address (IPv6 without brackets)'), {
+    fallback: '0.0.0.0',
+    help: 'address the gateway HTTP server listens on',
+  }),
+  PORT: v(integer(0, 65535), {
+    fallback: 8080,
+    help: 'gateway HTTP port (0 picks a free one)',
+  }),
+  METRICS_PORT: v(integer(0, 65535), {
+    fallback: 9464,
+    help: "dispatcher's /metrics and health port (0 picks a free one)",
+  }),
+  VLLM_URL: v(shared.engineUrl, {
+    defaultText: 'unset',
+    help: 'base URL of one engine, for the single-pool case (a pool named default)',
+  }),
+  VLLM_MODEL: v(shared.modelName, {
+    defaultText: 'discovered',
+    help: 'the model VLLM_URL serves; when unset the app asks the engine (/v1/models)',
+  }),
+  VLLM_API_KEY: v(shared.apiKey, {
+    defaultText: 'unset',
+    help: 'bearer token the dispatcher sends to engines (also for file engines without apiKey)',
+    display: hidden,
+  }),
+  VLLM_MAX_NUM_SEQS: v(integer(1), {
+    defaultText: 'unset',
+    help: "the engine's --max-num-seqs; the per-engine cap when ADMISSION_MAX_INFLIGHT is unset",
+  }),
+  ADMISSION_MAX_INFLIGHT: v(shared.maxInflight, {
+    defaultText: `VLLM_MAX_NUM_SEQS, else ${VLLM_DEFAULT_MAX_NUM_SEQS}`,
+    help: `hard cap on requests in flight per engine (${VLLM_DEFAULT_MAX_NUM_SEQS} is vLLM's default --max-num-seqs)`,
+  }),
+  ADMISSION_KV_THRESHOLD: v(decimal({ min: 0, max: 1 }), {
+    fallback: 0.9,
+    help: "the gate closes at or above this KV-cache usage (engine's own gauge)",
+  }),
+  ADMISSION_MAX_PARK_SECONDS: v(shared.maxParkSeconds, {
+    fallback: 120,
+    help: 'longest wait in the queue before a request is refused with 503',
+  }),
+  VLLM_MAX_QUEUE_DEPTH: v(shared.queueDepth, {
+    fallback: 8,
+    help: 'queued requests per pool before new ones are refused',
+  }),
+  ADMISSION_FAIL_MODE: v(oneOf(FAIL_MODES), {
+    fallback: 'open',
+    help: 'gauge conditions while the engine state is unknown; the in-flight cap holds either way',
+  }),
+  MAX_BODY_BYTES: v(integer(1024), {
+    fallback: 1_048_576,
+    help: 'request body limit (413 above it)',
+  }),
+  SSE_HEARTBEAT_SECONDS: v(decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }), {
+    fallback: 15,
+    help: 'keep-alive comment period for waiting streams (fractions allowed)',
+  }),
+  SLUICE_SLOW_CLIENT_BYTES: v(integer(1024), {
+    fallback: 4_194_304,
+    help: 'bytes buffered for one slow client before its request is cancelled',
+  }),
+  SLUICE_PRIORITY_HEADER: v(
+    matching(
+      /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/,
+      'an HTTP header name such as x-sluice-priority',
+      (raw) => raw.toLowerCase(),
+    ),
+    { fallback: 'x-sluice-priority', help: 'request header carrying a priority (lower-cased)' },
+  ),
+  SLUICE_MAX_PRIORITY: v(integer(0, 2_097_151), {
+    fallback: 10,
+    help: 'priority header values are clamped into 0..this (0 turns priorities off)',
+  }),
+  ENGINE_SCRAPE_INTERVAL_MS: v(ms(50), {
+    fallback: 500,
+    help: 'engine /metrics poll period',
+  }),
+  ENGINE_STALE_AFTER_FAILURES: v(integer(1), {
+    fallback: 3,
+    help: 'consecutive failed polls before the engine state is unknown',
+  }),
+  ENGINE_HEADERS_TIMEOUT_MS: v(ms(1), {
+    fallback: 900_000,
+    help: "longest wait for an engine's response head; a long prefill can take minutes",
+  }),
+  ENGINE_BODY_TIMEOUT_MS: v(ms(1), {
+    fallback: 300_000,
+    help: 'longest gap between two chunks of an engine response',
+  }),
+  SLUICE_LEASE_TTL_MS: v(ms(500), {
+    fallback: 5000,
+    help: "TTL of a dispatcher's pool lease; a standby takes over this long after the leader dies",
+  }),
+  SLUICE_RELAY_LIVENESS_MS: v(ms(10), {
+    fallback: 1000,
+    help: 'the dispatcher sends a liveness frame for a request after this long without one',
+  }),
+  SLUICE_RELAY_SILENCE_TIMEOUT_MS: v(ms(1), {
+    fallback: 5000,
+    help: 'the gateway fails a request whose dispatcher has been silent this long (> 2 x liveness)',
+  }),
+  SLUICE_REPLICA_TTL_MS: v(ms(500), {
+    fallback: 5000,
+    help: "TTL of a gateway replica's liveness key; the dispatcher skips jobs of a dead replica",
+  }),
+  SLUICE_REPLICA_ID: v(id, {
+    defaultText: 'generated',
+    help: 'name of this gateway replica (its reply channel and liveness key)',
+  }),
+  SLUICE_DISPATCHER_ID: v(id, {
+    defaultText: 'generated',
+    help: 'name of this dispatcher (lease holder)',
+  }),
+  GPU_SOURCE: v(oneOf(GPU_SOURCES), {
+    fallback: 'none',
+    help: 'where the dispatcher reads GPU load',
+  }),
+  DCGM_URL: v(endpointUrl('http://dcgm-exporter:9400/metrics'), {
+    defaultText: 'unset',
+    help: "dcgm-exporter's metrics URL; required when GPU_SOURCE=dcgm",
+  }),
+  LOG_LEVEL: v(oneOf(LOG_LEVELS), { fallback: 'info', help: 'pino log level' }),
+} as const;
+
+export type VariableName = keyof typeof VARIABLES;
+export type ValueOf<N extends VariableName> =
+  (typeof VARIABLES)[N] extends Variable<infer T> ? T : never;
+
+/** The variables after validation: each is its parsed value, its fallback, or unset. */
+export interface EnvValues {
+  /** The parsed value, or the fallback when unset. */
+  get<N extends VariableName>(name: N): ValueOf<N> | undefined;
+  /** Like `get`, for variables that have a fallback. */
+  must<N extends VariableName>(name: N): ValueOf<N>;
+  /** Whether the environment set it (an empty value counts as unset). */
+  isSet(name: VariableName): boolean;
+  /** How the raw value appears in a message (secrets hidden). */
+  shown(name: VariableName): string;
+}
+
+const names = Object.keys(VARIABLES) as VariableName[];
+
+/**
+ * Parses every variable in table order and throws `ConfigError` at the first bad one.
+ * An empty value counts as unset (as `FOO=` in a compose file usually means).
+ */
+export function readVariables(env: Readonly<Record<string, string | undefined>>): EnvValues {
+  const values = new Map<VariableName, unknown>();
+  const raws = new Map<VariableName, string>();
+  for (const name of names) {
+    const spec: Variable<unknown> = VARIABLES[name];
+    const raw = Object.hasOwn(env, name) ? env[name] : undefined;
+    if (raw === undefined || raw === '') {
+      if (spec.fallback !== undefined) values.set(name, spec.fallback);
+      continue;
+    }
+    const value = spec.fromText(raw);
+    if (value === undefined) throw invalid(name, (spec.display ?? show)(raw), spec.allowed);
+    values.set(name, value);
+    raws.set(name, raw);
+  }
+  const get = <N extends VariableName>(name: N) => values.get(name) as ValueOf<N> | undefined;
+  return {
+    get,
+    must(name) {
+      const value = get(name);
+      if (value === undefined) throw new Error(`internal: ${name} has no fallback`);
+      return value;
+    },
+    isSet: (name) => raws.has(name),
+    shown(name) {
+      const raw = raws.get(name);
+      return raw === undefined ? 'unset' : (VARIABLES[name].display ?? show)(raw);
+    },
+  };
+}
+
+const cell = (text: string) => text.replaceAll('|', '\\|');
+
+/**
+ * A Markdown table of every variable: name, default, what is allowed and what it means.
+ * The README embeds it verbatim (a test keeps the two equal); CLIs print it for --help.
+ */
+export function describeVariables(): string {
+  const rows = names.map((name) => {
+    const spec: Variable<unknown> = VARIABLES[name];
+    const fallback =
+      spec.defaultText ?? (spec.fallback === undefined ? 'unset' : `\`${String(spec.fallback)}\``);
+    return `| \`${name}\` | ${cell(fallback)} | ${cell(spec.allowed)} | ${cell(spec.help)} |`;
+  });
+  return ['| variable | default | allowed | meaning |', '| --- | --- | --- | --- |', ...rows].join(
+    '\n',
+  );
+}

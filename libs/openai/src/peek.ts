@@ -1,0 +1,247 @@
+import {
+  COLON,
+  COMMA,
+  LBRACE,
+  LBRACKET,
+  LOWER_F,
+  LOWER_N,
+  LOWER_T,
+  MINUS,
+  NINE,
+  QUOTE,
+  RBRACE,
+  ZERO,
+} from './bytes.js';
+import { decodeString, numberValue } from './decode.js';
+import { RequestPeekError } from './errors.js';
+import {
+  bindWords,
+  endOfInput,
+  releaseWords,
+  lastStringEscaped,
+  scanString,
+  skipValue,
+  skipWhitespace,
+  unexpected,
+} from './scan.js';
+import type { ByteSpan, PeekedRequest } from './types.js';
+
+const OTHER = 0;
+const MODEL = 1;
+const STREAM = 2;
+const MAX_TOKENS = 3;
+const MAX_COMPLETION_TOKENS = 4;
+const MESSAGES = 5;
+const PROMPT = 6;
+
+const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
+const MODEL_KEY = ascii('model');
+const STREAM_KEY = ascii('stream');
+const PROMPT_KEY = ascii('prompt');
+const MESSAGES_KEY = ascii('messages');
+const MAX_TOKENS_KEY = ascii('max_tokens');
+const MAX_COMPLETION_TOKENS_KEY = ascii('max_completion_tokens');
+
+const BY_NAME = new Map<string, number>([
+  ['model', MODEL],
+  ['stream', STREAM],
+  ['max_tokens', MAX_TOKENS],
+  ['max_completion_tokens', MAX_COMPLETION_TOKENS],
+  ['messages', MESSAGES],
+  ['prompt', PROMPT],
+]);
+/** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
+const MAX_ESCAPED_KEY = 21 * 6;
+
+function same(b: Uint8Array, s: number, key: Uint8Array): boolean {
+  for (let k = 0; k < key.length; k++) if (b[s + k] !== key[k]) return false;
+  return true;
+}
+
+/** Which field the raw key bytes [s, e) name, compared after unescaping. */
+function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
+  if (escaped) {
+    return e - s <= MAX_ESCAPED_KEY ? (BY_NAME.get(decodeString(b, s, e)) ?? OTHER) : OTHER;
+  }
+  switch (e - s) {
+    case 5:
+      return same(b, s, MODEL_KEY) ? MODEL : OTHER;
+    case 6:
+      return same(b, s, STREAM_KEY) ? STREAM : same(b, s, PROMPT_KEY) ? PROMPT : OTHER;
+    case 8:
+      return same(b, s, MESSAGES_KEY) ? MESSAGES : OTHER;
+    case 10:
+      return same(b, s, MAX_TOKENS_KEY) ? MAX_TOKENS : OTHER;
+    case 21:
+      return same(b, s, MAX_COMPLETION_TOKENS_KEY) ? MAX_COMPLETION_TOKENS : OTHER;
+    default:
+      return OTHER;
+  }
+}
+
+function span(start: number, end: number): ByteSpan | undefined {
+  return start < 0 ? undefined : { start, end };
+}
+
+/** A non-negative integer or null (undefined); anything else is a field error. */
+function tokenCount(b: Uint8Array, s: number, e: number, field: string): number | undefined {
+  if (s < 0) return undefined;
+  const c = b[s]!;
+  if (c === LOWER_N) return undefined;
+  if (c === MINUS || (c >= ZERO && c <= NINE)) {
+    const v = numberValue(b, s, e);
+    // -0 is zero; 1e2 and 100.0 are 100, as JSON.parse has them.
+    if (Number.isSafeInteger(v) && v >= 0) return v + 0;
+  }
+  throw RequestPeekError.field(field, `${field} must be a non-negative integer or null`, s);
+}
+
+/**
+ * Validates the whole body as JSON in one forward pass over its bytes, without building it,
+ * and returns the top-level fields Sluice needs. Throws RequestPeekError for anything else.
+ */
+export function peekRequest(body: Buffer | Uint8Array): PeekedRequest {
+  bindWords(body);
+  try {
+    return peek(body);
+  } finally {
+    releaseWords();
+  }
+}
+
+function peek(b: Uint8Array): PeekedRequest {
+  const n = b.length;
+  let i = skipWhitespace(b, 0, n);
+  if (i >= n) throw endOfInput(n, 'expected a JSON object');
+  if (b[i] !== LBRACE) {
+    if (i === 0 && n >= 3 && b[0] === 0xef && b[1] === 0xbb && b[2] === 0xbf) {
+      throw RequestPeekError.json(0, 'a byte order mark (BOM) is not allowed');
+    }
+    // Report bad JSON before the wrong shape, as a full parse would.
+    const start = i;
+    i = skipWhitespace(b, skipValue(b, i, n, 0), n);
+    if (i < n) throw unexpected(b, i, n, 'expected the end of the body');
+    throw RequestPeekError.shape(start, 'request body must be a JSON object');
+  }
+  const objectStart = i;
+  let objectEnd: number;
+  let members = 0;
+  // Value spans of the last occurrence of each field (JSON.parse keeps the last); -1: absent.
+  let modelStart = -1;
+  let modelEnd = -1;
+  let streamStart = -1;
+  let streamEnd = -1;
+  let maxTokensStart = -1;
+  let maxTokensEnd = -1;
+  let maxCompletionStart = -1;
+  let maxCompletionEnd = -1;
+  let messagesStart = -1;
+  let messagesEnd = -1;
+  let promptStart = -1;
+  let promptEnd = -1;
+
+  i = skipWhitespace(b, i + 1, n);
+  if (i < n && b[i] === RBRACE) {
+    objectEnd = i;
+  } else {
+    for (;;) {
+      if (i >= n || b[i] !== QUOTE) {
+        throw unexpected(b, i, n, `expected '"' to start an object key`);
+      }
+      const keyStart = i + 1;
+      i = scanString(b, keyStart, n);
+      const id = keyId(b, keyStart, i - 1, lastStringEscaped());
+      i = skipWhitespace(b, i, n);
+      if (i >= n || b[i] !== COLON) throw unexpected(b, i, n, "expected ':' after an object key");
+      const valueStart = skipWhitespace(b, i + 1, n);
+      i = skipValue(b, valueStart, n, 1);
+      members++;
+      switch (id) {
+        case MODEL:
+          modelStart = valueStart;
+          modelEnd = i;
+          break;
+        case STREAM:
+          streamStart = valueStart;
+          streamEnd = i;
+          break;
+        case MAX_TOKENS:
+          maxTokensStart = valueStart;
+          maxTokensEnd = i;
+          break;
+        case MAX_COMPLETION_TOKENS:
+          maxCompletionStart = valueStart;
+          maxCompletionEnd = i;
+          break;
+        case MESSAGES:
+          messagesStart = valueStart;
+          messagesEnd = i;
+          break;
+        case PROMPT:
+          promptStart = valueStart;
+          promptEnd = i;
+          break;
+      }
+      i = skipWhitespace(b, i, n);
+      if (i < n && b[i] === COMMA) {
+        i = skipWhitespace(b, i + 1, n);
+        continue;
+      }
+      if (i < n && b[i] === RBRACE) {
+        objectEnd = i;
+        break;
+      }
+      throw unexpected(b, i, n, "expected ',' or '}' after an object member");
+    }
+  }
+  i = skipWhitespace(b, objectEnd + 1, n);
+  if (i < n) throw unexpected(b, i, n, 'expected the end of the body after the top-level object');
+
+  // Fields are checked only now, so that the last of duplicate keys is the one that counts.
+  if (modelStart < 0) throw RequestPeekError.field('model', 'model is required');
+  if (b[modelStart] !== QUOTE) {
+    throw RequestPeekError.field('model', 'model must be a string', modelStart);
+  }
+  const model = decodeString(b, modelStart + 1, modelEnd - 1);
+
+  let stream: boolean | undefined;
+  if (streamStart >= 0) {
+    const c = b[streamStart];
+    if (c === LOWER_T) stream = true;
+    else if (c === LOWER_F) stream = false;
+    else if (c !== LOWER_N) {
+      throw RequestPeekError.field('stream', 'stream must be a boolean or null', streamStart);
+    }
+  }
+  const maxTokens = tokenCount(b, maxTokensStart, maxTokensEnd, 'max_tokens');
+  const maxCompletionTokens = tokenCount(
+    b,
+    maxCompletionStart,
+    maxCompletionEnd,
+    'max_completion_tokens',
+  );
+  if (messagesStart >= 0) {
+    const c = b[messagesStart];
+    if (c === LOWER_N) messagesStart = -1;
+    else if (c !== LBRACKET) {
+      throw RequestPeekError.field('messages', 'messages must be an array', messagesStart);
+    }
+  }
+  if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
+
+  return {
+    model,
+    stream,
+    maxTokens,
+    maxCompletionTokens,
+    messages: span(messagesStart, messagesEnd),
+    prompt: span(promptStart, promptEnd),
+    modelSpan: { start: modelStart, end: modelEnd },
+    streamSpan: span(streamStart, streamEnd),
+    maxTokensSpan: span(maxTokensStart, maxTokensEnd),
+    maxCompletionTokensSpan: span(maxCompletionStart, maxCompletionEnd),
+    objectStart,
+    objectEnd,
+    memberCount: members,
+  };
+}

@@ -1,0 +1,297 @@
+// The validating JSON walk: skips values without building them, iteratively (no recursion),
+// over raw UTF-8 bytes. Every function takes the body, a position and the body's length and
+// returns the position after what it consumed; every error is a RequestPeekError.
+
+import {
+  BACKSLASH,
+  COLON,
+  COMMA,
+  CR,
+  DOT,
+  ESCAPE,
+  HEX,
+  LBRACE,
+  LBRACKET,
+  LF,
+  LOWER_E,
+  LOWER_F,
+  LOWER_N,
+  LOWER_T,
+  MINUS,
+  NINE,
+  PLUS,
+  QUOTE,
+  RBRACE,
+  RBRACKET,
+  SPACE,
+  STRING_STOP,
+  TAB,
+  UPPER_E,
+  ZERO,
+  describeByte,
+} from './bytes.js';
+import { RequestPeekError } from './errors.js';
+
+/** Deepest nesting accepted, counting the top-level object as 1. */
+export const MAX_DEPTH = 512;
+
+const OBJECT = 1;
+const ARRAY = 2;
+/** Container kind per depth. One walk at a time (the walk is synchronous), so one is enough. */
+const STACK = new Uint8Array(MAX_DEPTH + 1);
+
+let escapedFlag = false;
+
+/** Whether the string `scanString` last returned from held a backslash escape. */
+export function lastStringEscaped(): boolean {
+  return escapedFlag;
+}
+
+export function endOfInput(n: number, detail: string): RequestPeekError {
+  return RequestPeekError.json(n, `unexpected end of input, ${detail}`);
+}
+
+/** An error for byte `i` (or the end of input) where `expected` was. */
+export function unexpected(
+  b: Uint8Array,
+  i: number,
+  n: number,
+  expected: string,
+): RequestPeekError {
+  if (i >= n) return endOfInput(n, expected);
+  return RequestPeekError.json(i, `unexpected ${describeByte(b[i]!)}, ${expected}`);
+}
+
+export function skipWhitespace(b: Uint8Array, i: number, n: number): number {
+  while (i < n) {
+    const c = b[i]!;
+    if (c === SPACE || c === LF || c === CR || c === TAB) i++;
+    else break;
+  }
+  return i;
+}
+
+// Word view of the body for the string fast path: W[k] holds body bytes A0 + 4k .. A0 + 4k + 3
+// (A0 is the first 4-byte-aligned offset). Bound by peekRequest for one walk, then released.
+const NO_WORDS = new Int32Array(0);
+let W: Int32Array = NO_WORDS;
+let A0 = 0;
+/** Bodies shorter than this are scanned byte by byte only. */
+const WORDS_FROM = 256;
+
+/** Lets scanString read `b` four bytes at a time; call `releaseWords` when the walk ends. */
+export function bindWords(b: Uint8Array): void {
+  if (b.length < WORDS_FROM) return;
+  const first = (4 - (b.byteOffset & 3)) & 3;
+  W = new Int32Array(b.buffer, b.byteOffset + first, (b.length - first) >> 2);
+  A0 = first;
+}
+
+export function releaseWords(): void {
+  W = NO_WORDS;
+  A0 = 0;
+}
+
+/**
+ * Scans a string whose opening quote is at `i - 1`; returns the position after the closing
+ * quote. Checks escapes and that no byte below 0x20 appears raw; bytes from 0x80 up pass as
+ * they are (UTF-8 is not validated).
+ *
+ * Plain content is skipped a word at a time: a word goes through unless one of its bytes may be
+ * below 0x20, '"' or '\' (the has-less / has-zero bit tricks, exact as to whether such a byte
+ * exists); the byte loop then finds which one.
+ */
+export function scanString(b: Uint8Array, i: number, n: number): number {
+  const open = i - 1;
+  const words = W;
+  const a0 = A0;
+  const nw = words.length;
+  let escaped = false;
+  for (;;) {
+    while (i < n && ((i - a0) & 3) !== 0 && STRING_STOP[b[i]!] === 0) i++;
+    if (i < n && STRING_STOP[b[i]!] === 0) {
+      let k = (i - a0) >> 2;
+      while (k < nw) {
+        const x = words[k]!;
+        const q = x ^ 0x22222222;
+        const s = x ^ 0x5c5c5c5c;
+        if (
+          (((x - 0x20202020) & ~x) | ((q - 0x01010101) & ~q) | ((s - 0x01010101) & ~s)) &
+          0x80808080
+        ) {
+          break;
+        }
+        k++;
+      }
+      if (k > (i - a0) >> 2) i = a0 + (k << 2);
+      while (i < n && STRING_STOP[b[i]!] === 0) i++;
+    }
+    if (i >= n) throw endOfInput(n, `in the string that starts at byte ${open}`);
+    const c = b[i]!;
+    if (c === QUOTE) {
+      escapedFlag = escaped;
+      return i + 1;
+    }
+    if (c === BACKSLASH) {
+      escaped = true;
+      if (i + 1 >= n) throw endOfInput(n, 'in a string escape');
+      const kind = ESCAPE[b[i + 1]!];
+      if (kind === 1) {
+        i += 2;
+        continue;
+      }
+      if (kind === 2) {
+        if (i + 6 > n) throw endOfInput(n, 'in a \\u escape');
+        if ((HEX[b[i + 2]!]! | HEX[b[i + 3]!]! | HEX[b[i + 4]!]! | HEX[b[i + 5]!]!) < 0) {
+          throw RequestPeekError.json(i, 'a \\u escape needs 4 hex digits');
+        }
+        i += 6;
+        continue;
+      }
+      throw RequestPeekError.json(
+        i,
+        `invalid escape in a string: '\\' followed by ${describeByte(b[i + 1]!)}`,
+      );
+    }
+    throw RequestPeekError.json(
+      i,
+      `control character ${describeByte(c)} in a string must be escaped`,
+    );
+  }
+}
+
+function isDigit(b: Uint8Array, i: number, n: number): boolean {
+  if (i >= n) return false;
+  const c = b[i]!;
+  return c >= ZERO && c <= NINE;
+}
+
+/** Scans a number starting at `i` (a digit or '-'); returns the position after it. */
+export function scanNumber(b: Uint8Array, i: number, n: number): number {
+  if (b[i] === MINUS) i++;
+  if (!isDigit(b, i, n)) throw unexpected(b, i, n, "expected a digit after '-'");
+  if (b[i] === ZERO) {
+    i++;
+    if (isDigit(b, i, n))
+      throw RequestPeekError.json(i - 1, 'a number must not have leading zeros');
+  } else {
+    i++;
+    while (isDigit(b, i, n)) i++;
+  }
+  if (i < n && b[i] === DOT) {
+    i++;
+    if (!isDigit(b, i, n)) throw unexpected(b, i, n, "expected a digit after '.'");
+    i++;
+    while (isDigit(b, i, n)) i++;
+  }
+  if (i < n && (b[i] === LOWER_E || b[i] === UPPER_E)) {
+    i++;
+    if (i < n && (b[i] === PLUS || b[i] === MINUS)) i++;
+    if (!isDigit(b, i, n)) throw unexpected(b, i, n, 'expected a digit in the exponent');
+    i++;
+    while (isDigit(b, i, n)) i++;
+  }
+  return i;
+}
+
+const TRUE = [0x74, 0x72, 0x75, 0x65];
+const FALSE = [0x66, 0x61, 0x6c, 0x73, 0x65];
+const NULL = [0x6e, 0x75, 0x6c, 0x6c];
+
+function scanLiteral(b: Uint8Array, i: number, n: number, word: readonly number[]): number {
+  for (let k = 0; k < word.length; k++) {
+    if (i + k >= n || b[i + k] !== word[k]) {
+      const name = String.fromCharCode(...word);
+      throw unexpected(b, i + k, n, k === 0 ? 'expected a value' : `expected '${name}'`);
+    }
+  }
+  return i + word.length;
+}
+
+/** At `i` an object key must start; scans it and the ':' after it; returns the value's start. */
+function scanKey(b: Uint8Array, i: number, n: number): number {
+  if (i >= n || b[i] !== QUOTE) throw unexpected(b, i, n, `expected '"' to start an object key`);
+  i = skipWhitespace(b, scanString(b, i + 1, n), n);
+  if (i >= n || b[i] !== COLON) throw unexpected(b, i, n, "expected ':' after an object key");
+  return skipWhitespace(b, i + 1, n);
+}
+
+function tooDeep(i: number): RequestPeekError {
+  return RequestPeekError.json(i, `nesting deeper than ${MAX_DEPTH} levels is not accepted`);
+}
+
+/**
+ * Validates one JSON value starting at `i` (no whitespace before it) that sits `depth`
+ * containers deep, and returns the position after it. Iterative: nesting costs one byte of
+ * STACK per level and is capped at MAX_DEPTH.
+ */
+export function skipValue(b: Uint8Array, i: number, n: number, depth: number): number {
+  const base = depth;
+  const stack = STACK;
+  value: for (;;) {
+    if (i >= n) throw endOfInput(n, 'expected a value');
+    let c = b[i]!;
+    if (c === QUOTE) {
+      i = scanString(b, i + 1, n);
+    } else if (c === LBRACE) {
+      if (depth >= MAX_DEPTH) throw tooDeep(i);
+      stack[++depth] = OBJECT;
+      i = skipWhitespace(b, i + 1, n);
+      if (i < n && b[i] === RBRACE) {
+        i++;
+        depth--;
+      } else {
+        i = scanKey(b, i, n);
+        continue;
+      }
+    } else if (c === LBRACKET) {
+      if (depth >= MAX_DEPTH) throw tooDeep(i);
+      stack[++depth] = ARRAY;
+      i = skipWhitespace(b, i + 1, n);
+      if (i < n && b[i] === RBRACKET) {
+        i++;
+        depth--;
+      } else {
+        continue;
+      }
+    } else if (c === MINUS || (c >= ZERO && c <= NINE)) {
+      i = scanNumber(b, i, n);
+    } else if (c === LOWER_T) {
+      i = scanLiteral(b, i, n, TRUE);
+    } else if (c === LOWER_F) {
+      i = scanLiteral(b, i, n, FALSE);
+    } else if (c === LOWER_N) {
+      i = scanLiteral(b, i, n, NULL);
+    } else {
+      throw unexpected(b, i, n, 'expected a value');
+    }
+    // After a value: close containers until one continues with ','.
+    for (;;) {
+      if (depth === base) return i;
+      i = skipWhitespace(b, i, n);
+      const inObject = stack[depth] === OBJECT;
+      if (i >= n) {
+        throw endOfInput(n, inObject ? "expected ',' or '}'" : "expected ',' or ']'");
+      }
+      c = b[i]!;
+      if (c === COMMA) {
+        i = skipWhitespace(b, i + 1, n);
+        if (inObject) i = scanKey(b, i, n);
+        continue value;
+      }
+      if (c === (inObject ? RBRACE : RBRACKET)) {
+        i++;
+        depth--;
+        continue;
+      }
+      throw unexpected(
+        b,
+        i,
+        n,
+        inObject
+          ? "expected ',' or '}' after an object member"
+          : "expected ',' or ']' after an array element",
+      );
+    }
+  }
+}

@@ -1,0 +1,40 @@
+/** Byte offsets into the request body: `start` at the first byte, `end` one past the last. */
+export interface ByteSpan {
+  readonly start: number;
+  readonly end: number;
+}
+
+/**
+ * The top-level fields Sluice needs from an OpenAI chat/completions request, and where their
+ * values sit in the body so a rewrite can splice bytes instead of re-serialising. Every
+ * property is always present (undefined when absent); `null` counts as absent for every
+ * field but `model`.
+ */
+export interface PeekedRequest {
+  /** `model`, unescaped. */
+  readonly model: string;
+  /** `stream`; undefined when absent or null. */
+  readonly stream: boolean | undefined;
+  /** `max_tokens`; undefined when absent or null. */
+  readonly maxTokens: number | undefined;
+  /** `max_completion_tokens`; undefined when absent or null. */
+  readonly maxCompletionTokens: number | undefined;
+  /** The `messages` array, '[' to one past ']'; undefined when absent or null. */
+  readonly messages: ByteSpan | undefined;
+  /** The `prompt` value, whatever its type; undefined when absent or null. */
+  readonly prompt: ByteSpan | undefined;
+  /** The `model` value, quotes included. */
+  readonly modelSpan: ByteSpan;
+  /** The `stream` value, present whenever the key is (null included). */
+  readonly streamSpan: ByteSpan | undefined;
+  /** The `max_tokens` value, present whenever the key is (null included). */
+  readonly maxTokensSpan: ByteSpan | undefined;
+  /** The `max_completion_tokens` value, present whenever the key is (null included). */
+  readonly maxCompletionTokensSpan: ByteSpan | undefined;
+  /** Offset of the top-level '{'. */
+  readonly objectStart: number;
+  /** Offset of the top-level closing '}'. */
+  readonly objectEnd: number;
+  /** Members of the top-level object, duplicates counted; 0 means `{}`. */
+  readonly memberCount: number;
+}

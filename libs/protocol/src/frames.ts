@@ -1,0 +1,149 @@
+// Reply frames: dispatcher -> gateway replica, over that replica's pub/sub channel.
+//
+// Wire form (one pub/sub message per frame, bytes):
+//   <type><jobId> <seq>\n<payload>
+// `type` is one ASCII letter; `seq` counts 0, 1, 2... per job so a lost frame shows up as a
+// gap. Payloads: `data` carries the engine's bytes verbatim (never parsed on the way);
+// `start`, `head` and `error` carry a small JSON object; `alive` and `end` carry nothing.
+// The header is ASCII, so the gateway finds the payload without decoding it.
+import { ProtocolError } from './errors.js';
+
+export type FrameType = 'start' | 'head' | 'data' | 'end' | 'error' | 'alive';
+
+export interface StartInfo {
+  /** Engine the job was released to. */
+  engine: string;
+  /** Load state that applied at release (degradation; 'normal' until then). */
+  loadState: string;
+}
+
+export interface HeadInfo {
+  status: number;
+  contentType: string;
+}
+
+export interface ErrorInfo {
+  /** HTTP status to use when the client has not been answered yet. */
+  status: number;
+  /** Sluice reject/error reason, e.g. `engine_unreachable`, `cancelled`. */
+  code: string;
+  message: string;
+}
+
+export type Frame =
+  | { type: 'start'; jobId: string; seq: number; info: StartInfo }
+  | { type: 'head'; jobId: string; seq: number; info: HeadInfo }
+  | { type: 'data'; jobId: string; seq: number; chunk: Buffer }
+  | { type: 'end'; jobId: string; seq: number }
+  | { type: 'error'; jobId: string; seq: number; info: ErrorInfo }
+  | { type: 'alive'; jobId: string; seq: number };
+
+const letters: Record<FrameType, string> = {
+  start: 'S',
+  head: 'H',
+  data: 'D',
+  end: 'E',
+  error: 'X',
+  alive: 'A',
+};
+const types: Record<number, FrameType> = {};
+for (const [type, letter] of Object.entries(letters))
+  types[letter.charCodeAt(0)] = type as FrameType;
+
+const NEWLINE = 0x0a;
+const SPACE = 0x20;
+
+function header(type: FrameType, jobId: string, seq: number): string {
+  return `${letters[type]}${jobId} ${seq}\n`;
+}
+
+export function encodeFrame(frame: Frame): Buffer {
+  const head = header(frame.type, frame.jobId, frame.seq);
+  switch (frame.type) {
+    case 'data':
+      return Buffer.concat([Buffer.from(head, 'latin1'), frame.chunk]);
+    case 'start':
+    case 'head':
+    case 'error':
+      return Buffer.from(head + JSON.stringify(frame.info), 'utf8');
+    default:
+      return Buffer.from(head, 'latin1');
+  }
+}
+
+/** Encodes a data frame from several chunks without concatenating them first. */
+export function encodeDataFrame(jobId: string, seq: number, chunks: readonly Buffer[]): Buffer {
+  return Buffer.concat([Buffer.from(header('data', jobId, seq), 'latin1'), ...chunks]);
+}
+
+function parseInfo(type: FrameType, payload: Buffer): unknown {
+  let info: unknown;
+  try {
+    info = JSON.parse(payload.toString('utf8'));
+  } catch {
+    throw new ProtocolError(`${type} frame payload is not JSON`);
+  }
+  if (typeof info !== 'object' || info === null)
+    throw new ProtocolError(`${type} frame payload is not an object`);
+  const o = info as Record<string, unknown>;
+  const need = (field: string, kind: 'string' | 'number') => {
+    if (typeof o[field] !== kind)
+      throw new ProtocolError(`${type} frame field ${field} must be a ${kind}`);
+  };
+  if (type === 'start') (need('engine', 'string'), need('loadState', 'string'));
+  if (type === 'head') (need('status', 'number'), need('contentType', 'string'));
+  if (type === 'error')
+    (need('status', 'number'), need('code', 'string'), need('message', 'string'));
+  return info;
+}
+
+/** Reads the job id alone, cheaply: lets a gateway route or drop a frame before decoding it. */
+export function frameJobId(message: Buffer): string | undefined {
+  const space = message.indexOf(SPACE);
+  return space > 1 ? message.toString('latin1', 1, space) : undefined;
+}
+
+export function decodeFrame(message: Buffer): Frame {
+  const type = types[message[0] ?? -1];
+  if (type === undefined)
+    throw new ProtocolError(
+      `unknown frame type ${JSON.stringify(String.fromCharCode(message[0] ?? 0))}`,
+    );
+  const space = message.indexOf(SPACE);
+  const newline = message.indexOf(NEWLINE);
+  if (space < 2 || newline < space + 2)
+    throw new ProtocolError('frame header must be <type><jobId> <seq>\\n');
+  const jobId = message.toString('latin1', 1, space);
+  let seq = 0;
+  for (let i = space + 1; i < newline; i += 1) {
+    const digit = message[i]! - 0x30;
+    if (digit < 0 || digit > 9)
+      throw new ProtocolError(`frame sequence number of job ${jobId} is not a decimal integer`);
+    seq = seq * 10 + digit;
+  }
+  const payload = message.subarray(newline + 1);
+  switch (type) {
+    case 'data':
+      return { type, jobId, seq, chunk: payload };
+    case 'start':
+      return { type, jobId, seq, info: parseInfo(type, payload) as StartInfo };
+    case 'head':
+      return { type, jobId, seq, info: parseInfo(type, payload) as HeadInfo };
+    case 'error':
+      return { type, jobId, seq, info: parseInfo(type, payload) as ErrorInfo };
+    default:
+      if (payload.length > 0) throw new ProtocolError(`${type} frame carries no payload`);
+      return { type, jobId, seq };
+  }
+}
+
+/** Cancel requests on the cancel channel: `<jobId> <reason>`. */
+export function encodeCancel(jobId: string, reason: string): string {
+  return `${jobId} ${reason}`;
+}
+
+export function decodeCancel(message: string): { jobId: string; reason: string } {
+  const space = message.indexOf(' ');
+  if (space < 1) throw new ProtocolError('cancel message must be <jobId> <reason>');
+  return { jobId: message.slice(0, space), reason: message.slice(space + 1) };
+}

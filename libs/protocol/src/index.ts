@@ -1,0 +1,24 @@
+export { keySpace, type KeySpace } from './keys.js';
+export { ProtocolError } from './errors.js';
+export {
+  bullPriority,
+  completionPaths,
+  validateJobPayload,
+  type CompletionPath,
+  type JobPayload,
+} from './job.js';
+export {
+  decodeCancel,
+  decodeFrame,
+  encodeCancel,
+  encodeDataFrame,
+  encodeFrame,
+  frameJobId,
+  type ErrorInfo,
+  type Frame,
+  type FrameType,
+  type HeadInfo,
+  type StartInfo,
+} from './frames.js';
+export { decodePoolStats, encodePoolStats, type PoolStats } from './stats.js';
+export { rejectReasons, type RejectReason } from './reasons.js';

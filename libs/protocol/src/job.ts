@@ -1,0 +1,74 @@
+// The BullMQ job a gateway adds for a gated request, and its validation on the way out of
+// Redis: the dispatcher trusts nothing it reads back.
+import { ProtocolError } from './errors.js';
+
+export const completionPaths = ['/v1/chat/completions', '/v1/completions'] as const;
+export type CompletionPath = (typeof completionPaths)[number];
+
+export interface JobPayload {
+  /** Wire version; bump on an incompatible change. */
+  v: 1;
+  /** Raw request body as the client sent it (UTF-8). */
+  body: string;
+  path: CompletionPath;
+  stream: boolean;
+  /** Gateway replica holding the client: frames go to its reply channel. */
+  replica: string;
+  /** Unix ms when the gateway enqueued the request. */
+  enqueuedAt: number;
+  /** Unix ms after which the request must not be started (the client has been answered 503). */
+  deadline: number;
+  /** 0 = default; higher runs first. */
+  priority: number;
+  /** Client's `max_tokens` / `max_completion_tokens`, when it sent one. */
+  maxTokens?: number;
+  tenant?: string;
+}
+
+function fail(field: string, expected: string, value: unknown): never {
+  const shown =
+    typeof value === 'string' && value.length > 40
+      ? `${JSON.stringify(value.slice(0, 40))}...`
+      : JSON.stringify(value);
+  throw new ProtocolError(
+    `job payload field ${field} must be ${expected}, got ${shown ?? typeof value}`,
+  );
+}
+
+const isFiniteNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+
+/** Checks a payload read back from Redis; throws ProtocolError naming the first bad field. */
+export function validateJobPayload(value: unknown): JobPayload {
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    fail('(root)', 'an object', value);
+  const p = value as Record<string, unknown>;
+  if (p['v'] !== 1) fail('v', '1', p['v']);
+  if (typeof p['body'] !== 'string') fail('body', 'a string', p['body']);
+  if (!completionPaths.includes(p['path'] as CompletionPath))
+    fail('path', completionPaths.join(' or '), p['path']);
+  if (typeof p['stream'] !== 'boolean') fail('stream', 'a boolean', p['stream']);
+  if (typeof p['replica'] !== 'string' || p['replica'] === '')
+    fail('replica', 'a non-empty string', p['replica']);
+  if (!isFiniteNumber(p['enqueuedAt'])) fail('enqueuedAt', 'a number', p['enqueuedAt']);
+  if (!isFiniteNumber(p['deadline'])) fail('deadline', 'a number', p['deadline']);
+  if (!Number.isInteger(p['priority']) || (p['priority'] as number) < 0)
+    fail('priority', 'an integer >= 0', p['priority']);
+  if (
+    p['maxTokens'] !== undefined &&
+    (!Number.isInteger(p['maxTokens']) || (p['maxTokens'] as number) < 0)
+  )
+    fail('maxTokens', 'an integer >= 0', p['maxTokens']);
+  if (p['tenant'] !== undefined && typeof p['tenant'] !== 'string')
+    fail('tenant', 'a string', p['tenant']);
+  return p as unknown as JobPayload;
+}
+
+/**
+ * Maps Sluice priority (0 = default, `maxPriority` = most urgent) onto BullMQ's, in which
+ * jobs without a priority (0) are served before all prioritised ones and 1 is the most
+ * urgent prioritised value. The most urgent class takes BullMQ's plain wait list (its
+ * fastest path); every other class is prioritised, FIFO within a class.
+ */
+export function bullPriority(priority: number, maxPriority: number): number {
+  return priority >= maxPriority ? 0 : maxPriority - priority + 1;
+}

@@ -1,0 +1,42 @@
+// Every Redis key and channel name Sluice uses, derived from one prefix. BullMQ's own keys
+// live under `<prefix>:<queue name>:*`; on Redis Cluster the prefix is written `{sluice}`
+// so that BullMQ's scripts and ours touch a single hash slot.
+
+export interface KeySpace {
+  /** BullMQ `prefix` option. */
+  readonly prefix: string;
+  /** BullMQ queue name of a pool. */
+  queueName(pool: string): string;
+  /** Lease held by the one dispatcher allowed to release this pool's jobs. */
+  lease(pool: string): string;
+  /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
+  poolStats(pool: string): string;
+  /** Liveness key of a gateway replica, with a TTL. */
+  replicaAlive(replica: string): string;
+  /** Pub/sub channel carrying reply frames to one gateway replica. */
+  replyChannel(replica: string): string;
+  /** Pub/sub channel on which gateways ask the dispatcher to cancel a running job. */
+  readonly cancelChannel: string;
+}
+
+const validPart = /^[A-Za-z0-9_.-]+$/;
+
+function part(kind: string, value: string): string {
+  if (!validPart.test(value))
+    throw new Error(
+      `${kind} ${JSON.stringify(value)} may only contain letters, digits, '_', '.', '-'`,
+    );
+  return value;
+}
+
+export function keySpace(prefix = 'sluice'): KeySpace {
+  return {
+    prefix,
+    queueName: (pool) => `pool-${part('pool', pool)}`,
+    lease: (pool) => `${prefix}:lease:${part('pool', pool)}`,
+    poolStats: (pool) => `${prefix}:stats:${part('pool', pool)}`,
+    replicaAlive: (replica) => `${prefix}:replica:${part('replica', replica)}`,
+    replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,
+    cancelChannel: `${prefix}:cancel`,
+  };
+}

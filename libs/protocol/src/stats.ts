@@ -1,0 +1,36 @@
+// What the leading dispatcher publishes about a pool, for gateways (Retry-After) and `sluice status`.
+import { ProtocolError } from './errors.js';
+
+export interface PoolStats {
+  /** Dispatcher id holding the lease. */
+  leader: string;
+  /** Unix ms of this snapshot. */
+  at: number;
+  /** Jobs released per second, smoothed. */
+  drainPerSecond: number;
+  engines: Array<{ name: string; inflight: number; cap: number }>;
+}
+
+export function encodePoolStats(stats: PoolStats): string {
+  return JSON.stringify(stats);
+}
+
+export function decodePoolStats(text: string): PoolStats {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new ProtocolError('pool stats are not JSON');
+  }
+  const s = value as Partial<PoolStats>;
+  if (
+    typeof s !== 'object' ||
+    s === null ||
+    typeof s.leader !== 'string' ||
+    typeof s.at !== 'number' ||
+    typeof s.drainPerSecond !== 'number' ||
+    !Array.isArray(s.engines)
+  )
+    throw new ProtocolError('pool stats must have leader, at, drainPerSecond and engines');
+  return s as PoolStats;
+}

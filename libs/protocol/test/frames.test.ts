@@ -1,0 +1,111 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  decodeCancel,
+  decodeFrame,
+  encodeCancel,
+  encodeDataFrame,
+  encodeFrame,
+  frameJobId,
+  type Frame,
+} from '../src/frames.ts';
+import { ProtocolError } from '../src/errors.ts';
+
+const jobId = fc.stringMatching(/^[A-Za-z0-9-]{1,40}$/);
+const seq = fc.nat({ max: 1_000_000 });
+
+const frame: fc.Arbitrary<Frame> = fc.oneof(
+  fc.record({
+    type: fc.constant('start' as const),
+    jobId,
+    seq,
+    info: fc.record({ engine: fc.string(), loadState: fc.string() }),
+  }),
+  fc.record({
+    type: fc.constant('head' as const),
+    jobId,
+    seq,
+    info: fc.record({ status: fc.integer({ min: 100, max: 599 }), contentType: fc.string() }),
+  }),
+  fc.record({
+    type: fc.constant('data' as const),
+    jobId,
+    seq,
+    chunk: fc.uint8Array({ maxLength: 300 }).map((a) => Buffer.from(a)),
+  }),
+  fc.record({ type: fc.constant('end' as const), jobId, seq }),
+  fc.record({ type: fc.constant('alive' as const), jobId, seq }),
+  fc.record({
+    type: fc.constant('error' as const),
+    jobId,
+    seq,
+    info: fc.record({
+      status: fc.integer({ min: 400, max: 599 }),
+      code: fc.string(),
+      message: fc.string({ unit: 'grapheme' }),
+    }),
+  }),
+);
+
+describe('reply frames', () => {
+  it('decode(encode(frame)) is the frame, for every frame type', () => {
+    fc.assert(
+      fc.property(frame, (f) => {
+        const decoded = decodeFrame(encodeFrame(f));
+        expect(decoded).toEqual(f);
+        expect(frameJobId(encodeFrame(f))).toBe(f.jobId);
+      }),
+    );
+  });
+
+  it('carries data bytes verbatim, including newlines and non-UTF-8 bytes', () => {
+    const chunk = Buffer.from([0x64, 0x61, 0x0a, 0x0a, 0xff, 0x00, 0x20]);
+    const decoded = decodeFrame(encodeFrame({ type: 'data', jobId: 'j1', seq: 7, chunk }));
+    expect(decoded.type === 'data' && Buffer.compare(decoded.chunk, chunk)).toBe(0);
+  });
+
+  it('joins several chunks into one data frame', () => {
+    const decoded = decodeFrame(
+      encodeDataFrame('j', 3, [Buffer.from('data: a\n\n'), Buffer.from('data: b\n\n')]),
+    );
+    expect(decoded).toEqual({
+      type: 'data',
+      jobId: 'j',
+      seq: 3,
+      chunk: Buffer.from('data: a\n\ndata: b\n\n'),
+    });
+  });
+
+  it.each([
+    ['an unknown type', 'Qjob 1\n', /unknown frame type "Q"/],
+    ['a missing sequence number', 'Ejob\n', /header must be/],
+    ['a non-numeric sequence number', 'Ejob 1x\n', /not a decimal integer/],
+    ['a head frame that is not JSON', 'Hjob 0\n{oops', /head frame payload is not JSON/],
+    ['a head frame without status', 'Hjob 0\n{"contentType":"x"}', /field status must be a number/],
+    ['an end frame with a payload', 'Ejob 2\nextra', /carries no payload/],
+    ['an empty message', '', /unknown frame type/],
+  ])('rejects %s with a ProtocolError', (_name, text, message) => {
+    expect(() => decodeFrame(Buffer.from(text))).toThrow(ProtocolError);
+    expect(() => decodeFrame(Buffer.from(text))).toThrow(message);
+  });
+
+  it('never throws anything but ProtocolError on arbitrary bytes', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+        try {
+          decodeFrame(Buffer.from(bytes));
+        } catch (err) {
+          expect(err).toBeInstanceOf(ProtocolError);
+        }
+      }),
+    );
+  });
+
+  it('encodes cancel requests as <jobId> <reason>', () => {
+    expect(decodeCancel(encodeCancel('abc', 'client gone'))).toEqual({
+      jobId: 'abc',
+      reason: 'client gone',
+    });
+    expect(() => decodeCancel('nospace')).toThrow(ProtocolError);
+  });
+});

@@ -1,0 +1,65 @@
+import { describe, expect, it } from 'vitest';
+import { bullPriority, validateJobPayload, type JobPayload } from '../src/job.ts';
+import { keySpace } from '../src/keys.ts';
+
+const valid: JobPayload = {
+  v: 1,
+  body: '{"model":"m"}',
+  path: '/v1/chat/completions',
+  stream: true,
+  replica: 'gw-1',
+  enqueuedAt: 1,
+  deadline: 2,
+  priority: 0,
+};
+
+describe('job payload', () => {
+  it('accepts a well-formed payload unchanged', () => {
+    expect(validateJobPayload(valid)).toBe(valid);
+    expect(validateJobPayload({ ...valid, maxTokens: 10, tenant: 't' })).toEqual({
+      ...valid,
+      maxTokens: 10,
+      tenant: 't',
+    });
+  });
+
+  it.each([
+    [null, /\(root\) must be an object/],
+    [{ ...valid, v: 2 }, /field v must be 1/],
+    [{ ...valid, body: 3 }, /field body must be a string/],
+    [
+      { ...valid, path: '/v1/embeddings' },
+      /field path must be \/v1\/chat\/completions or \/v1\/completions/,
+    ],
+    [{ ...valid, stream: 'yes' }, /field stream must be a boolean/],
+    [{ ...valid, replica: '' }, /field replica must be a non-empty string/],
+    [{ ...valid, deadline: 'soon' }, /field deadline must be a number/],
+    [{ ...valid, priority: -1 }, /field priority must be an integer >= 0/],
+    [{ ...valid, maxTokens: 1.5 }, /field maxTokens must be an integer >= 0/],
+  ])('refuses %j naming the field', (payload, message) => {
+    expect(() => validateJobPayload(payload)).toThrow(message);
+  });
+
+  it('maps the most urgent priority to the wait list and keeps the order of the others', () => {
+    expect(bullPriority(10, 10)).toBe(0);
+    expect(bullPriority(9, 10)).toBe(2);
+    expect(bullPriority(0, 10)).toBe(11);
+    expect(bullPriority(5, 10)).toBeLessThan(bullPriority(4, 10));
+  });
+});
+
+describe('key space', () => {
+  it('derives every name from one prefix', () => {
+    const k = keySpace('{sluice}');
+    expect(k.lease('reasoning')).toBe('{sluice}:lease:reasoning');
+    expect(k.replyChannel('gw-1')).toBe('{sluice}:reply:gw-1');
+    expect(k.replicaAlive('gw-1')).toBe('{sluice}:replica:gw-1');
+    expect(k.cancelChannel).toBe('{sluice}:cancel');
+    expect(k.queueName('reasoning')).toBe('pool-reasoning');
+  });
+
+  it('refuses names that would break the key layout', () => {
+    expect(() => keySpace().lease('a:b')).toThrow(/pool "a:b" may only contain/);
+    expect(() => keySpace().replyChannel('')).toThrow(/replica/);
+  });
+});

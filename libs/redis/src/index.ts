@@ -1,0 +1,8 @@
+export {
+  createRedis,
+  redisHealthy,
+  redisReady,
+  type RedisConnectOptions,
+  type RedisRole,
+} from './connect.js';
+export type { Redis } from 'ioredis';
