@@ -8,3 +8,4 @@ export {
   sluiceBin,
   type TestEngineSim,
 } from './engine-sim.ts';
+export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';

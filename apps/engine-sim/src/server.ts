@@ -49,6 +49,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
   const metrics = createMetricsRenderer(engine);
   const errorShare = new ShareCounter();
   const created = Math.floor(engine.clock.startedAtEpoch);
+  // Ids of the last requests the engine accepted, so tests can prove nothing ran twice.
+  const received: string[] = [];
+  let receivedTotal = 0;
   let faults: Faults = { ...defaultFaults, ready: options.startupDelaySeconds === 0 };
   const startupTimer =
     options.startupDelaySeconds > 0
@@ -89,6 +92,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
           .send(errorBody(500, 'InternalServerError', 'simulated engine failure'));
       const plan = planOutput(req, options);
       const writer = new ResponseWriter(req, created);
+      receivedTotal += 1;
+      received.push(writer.id);
+      if (received.length > 10_000) received.shift();
       const nextText = tokenStream(req.seed);
       const res = reply.hijack().raw;
       let done = false;
@@ -196,9 +202,12 @@ export function createEngineSim(options: SimOptions): EngineSim {
     preemptions: engine.scheduler.preemptions,
     peakRequests: engine.scheduler.peakRequests,
     peakRunning: engine.scheduler.peakRunning,
+    receivedTotal,
     maxNumSeqs: options.maxNumSeqs,
     faults,
   }));
+
+  app.get('/sim/received', async () => ({ total: receivedTotal, ids: received }));
 
   app.put('/sim/faults', async (request, reply) => {
     try {

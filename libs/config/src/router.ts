@@ -20,13 +20,16 @@ export interface Router {
  */
 export function createRouter(config: SluiceConfig): Router {
   const routes = new Map<string, Route>();
+  const placed = new Map<string, string>();
   const add = (model: string, route: Route, where: string) => {
-    if (routes.has(model))
+    const previous = placed.get(model);
+    if (previous !== undefined)
       throw new ConfigError(
         where,
-        `${where}=${show(model)} is invalid: expected a model not routed elsewhere`,
+        `${where}=${show(model)} is invalid: expected a model not routed elsewhere (already at ${previous})`,
       );
     routes.set(model, route);
+    placed.set(model, where);
   };
   config.pools.forEach((pool, p) => {
     const route: Route = { kind: 'pool', pool };

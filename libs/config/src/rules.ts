@@ -100,21 +100,20 @@ function isPlainHttp(url: URL, raw: string): boolean {
 }
 
 /**
- * An engine or backend base URL: http(s), no credentials (use `apiKey`), no query, and no
- * trailing `/v1` (Sluice appends `/v1/...` and `/metrics` itself). Normalised without the
- * trailing slash, so `http://vllm-0:8000/` becomes `http://vllm-0:8000`.
+ * An engine or backend origin: http(s), host, optional port, nothing else. No path (the
+ * apps append `/v1/...` and `/metrics`, and undici's Pool takes an origin), no credentials
+ * (use `apiKey`), no query. A trailing slash is dropped, as are a default port and upper
+ * case in the host: `HTTP://VLLM-0:80/` becomes `http://vllm-0`.
  */
-export function baseUrl(): Rule<string> {
+export function originUrl(): Rule<string> {
   const fromText = (raw: string) => {
     const url = parseUrl(raw);
-    if (!url || !isPlainHttp(url, raw)) return undefined;
-    const path = url.pathname.replace(/\/+$/, '');
-    if (/\/v1$/i.test(path)) return undefined;
-    return url.origin + path;
+    if (!url || !isPlainHttp(url, raw) || url.pathname !== '/') return undefined;
+    return url.origin;
   };
   return {
     allowed:
-      'an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+      'an http:// or https:// origin without path, credentials or query, e.g. http://vllm-0:8000',
     fromText,
     fromValue: textOnly(fromText),
   };

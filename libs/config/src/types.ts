@@ -3,7 +3,7 @@
 export interface EngineConfig {
   /** Unique across all pools; the `engine` metric label. Defaults to the URL's `host:port`. */
   name: string;
-  /** Base URL without trailing slash; Sluice appends `/v1/...` and `/metrics`. */
+  /** Origin (`http://host:port`, no path or trailing slash); apps append `/v1/...` and `/metrics`. */
   url: string;
   /** Hard cap on requests in flight on this engine. */
   maxInflight: number;

@@ -3,13 +3,13 @@
 import { hidden, invalid, show } from './errors.js';
 import {
   MAX_TIMER_MS,
-  baseUrl,
   decimal,
   endpointUrl,
   integer,
   maskCredentials,
   matching,
   oneOf,
+  originUrl,
   redisUrl,
   type Rule,
 } from './rules.js';
@@ -24,7 +24,7 @@ export const shared = {
   maxInflight: integer(1),
   queueDepth: integer(0),
   maxParkSeconds: decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
-  engineUrl: baseUrl(),
+  engineUrl: originUrl(),
   modelName: matching(
     /^[^\s\p{Cc}](?:[^\p{Cc}]*[^\s\p{Cc}])?$/u,
     'a non-empty model name without surrounding blanks or control characters',
@@ -87,7 +87,7 @@ export const VARIABLES = {
   }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',
-    help: 'base URL of one engine, for the single-pool case (a pool named default)',
+    help: 'origin of one engine, for the single-pool case (a pool named default)',
   }),
   VLLM_MODEL: v(shared.modelName, {
     defaultText: 'discovered',

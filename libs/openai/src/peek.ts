@@ -125,7 +125,6 @@ function peek(b: Uint8Array): PeekedRequest {
   }
   const objectStart = i;
   let objectEnd: number;
-  let members = 0;
   // Value spans of the last occurrence of each field (JSON.parse keeps the last); -1: absent.
   let modelStart = -1;
   let modelEnd = -1;
@@ -155,7 +154,6 @@ function peek(b: Uint8Array): PeekedRequest {
       if (i >= n || b[i] !== COLON) throw unexpected(b, i, n, "expected ':' after an object key");
       const valueStart = skipWhitespace(b, i + 1, n);
       i = skipValue(b, valueStart, n, 1);
-      members++;
       switch (id) {
         case MODEL:
           modelStart = valueStart;
@@ -242,6 +240,5 @@ function peek(b: Uint8Array): PeekedRequest {
     maxCompletionTokensSpan: span(maxCompletionStart, maxCompletionEnd),
     objectStart,
     objectEnd,
-    memberCount: members,
   };
 }

@@ -35,6 +35,4 @@ export interface PeekedRequest {
   readonly objectStart: number;
   /** Offset of the top-level closing '}'. */
   readonly objectEnd: number;
-  /** Members of the top-level object, duplicates counted; 0 means `{}`. */
-  readonly memberCount: number;
 }

@@ -76,6 +76,24 @@ export function encodeDataFrame(jobId: string, seq: number, chunks: readonly Buf
   return Buffer.concat([Buffer.from(header('data', jobId, seq), 'latin1'), ...chunks]);
 }
 
+const infoFields: Partial<
+  Record<FrameType, ReadonlyArray<readonly [string, 'string' | 'number']>>
+> = {
+  start: [
+    ['engine', 'string'],
+    ['loadState', 'string'],
+  ],
+  head: [
+    ['status', 'number'],
+    ['contentType', 'string'],
+  ],
+  error: [
+    ['status', 'number'],
+    ['code', 'string'],
+    ['message', 'string'],
+  ],
+};
+
 function parseInfo(type: FrameType, payload: Buffer): unknown {
   let info: unknown;
   try {
@@ -86,14 +104,9 @@ function parseInfo(type: FrameType, payload: Buffer): unknown {
   if (typeof info !== 'object' || info === null)
     throw new ProtocolError(`${type} frame payload is not an object`);
   const o = info as Record<string, unknown>;
-  const need = (field: string, kind: 'string' | 'number') => {
+  for (const [field, kind] of infoFields[type] ?? [])
     if (typeof o[field] !== kind)
       throw new ProtocolError(`${type} frame field ${field} must be a ${kind}`);
-  };
-  if (type === 'start') (need('engine', 'string'), need('loadState', 'string'));
-  if (type === 'head') (need('status', 'number'), need('contentType', 'string'));
-  if (type === 'error')
-    (need('status', 'number'), need('code', 'string'), need('message', 'string'));
   return info;
 }
 

@@ -1,0 +1,316 @@
+import { describe, expect, it } from 'vitest';
+import { peekRequest, RequestPeekError } from '../src/index.js';
+import { bytes, peekError } from './helpers.js';
+
+const peek = (text: string) => peekRequest(bytes(text));
+const at = (text: string, needle: string, from = 0) => {
+  const k = bytes(text).indexOf(needle, from);
+  if (k < 0) throw new Error(`${needle} not in ${text}`);
+  return k;
+};
+
+describe('peekRequest: a chat request', () => {
+  const body =
+    '{"model":"gpt-4o","messages":[{"role":"user","content":"hi \\"there\\""}],' +
+    '"stream":true,"max_tokens":128,"max_completion_tokens":null,"temperature":0.2}';
+
+  it('reads the fields and where their values sit', () => {
+    const start = at(body, '[');
+    expect(peek(body)).toStrictEqual({
+      model: 'gpt-4o',
+      stream: true,
+      maxTokens: 128,
+      maxCompletionTokens: undefined,
+      messages: { start, end: at(body, '],') + 1 },
+      prompt: undefined,
+      modelSpan: { start: 9, end: 17 },
+      streamSpan: { start: at(body, 'true'), end: at(body, 'true') + 4 },
+      maxTokensSpan: { start: at(body, '128'), end: at(body, '128') + 3 },
+      maxCompletionTokensSpan: { start: at(body, 'null'), end: at(body, 'null') + 4 },
+      objectStart: 0,
+      objectEnd: body.length - 1,
+    });
+  });
+
+  it('gives spans a rewrite can splice', () => {
+    const buf = bytes(body);
+    const r = peekRequest(buf);
+    const rewritten = Buffer.concat([
+      buf.subarray(0, r.maxTokensSpan!.start),
+      bytes('64'),
+      buf.subarray(r.maxTokensSpan!.end, r.messages!.start + 1),
+      bytes('{"role":"system","content":"be brief"},'),
+      buf.subarray(r.messages!.start + 1),
+    ]);
+    const parsed = JSON.parse(rewritten.toString());
+    expect(parsed.max_tokens).toBe(64);
+    expect(parsed.messages[0]).toStrictEqual({ role: 'system', content: 'be brief' });
+    expect(parsed.messages).toHaveLength(2);
+  });
+
+  it('reads a completions request: prompt of any type', () => {
+    expect(peek('{"model":"m","prompt":"say hi"}').prompt).toStrictEqual({ start: 21, end: 29 });
+    expect(peek('{"model":"m","prompt":[1,2,3]}').prompt).toStrictEqual({ start: 21, end: 28 });
+    expect(peek('{"model":"m","prompt":null}').prompt).toBeUndefined();
+    expect(peek('{"model":"m"}').prompt).toBeUndefined();
+  });
+
+  it('skips nested fields of the same names', () => {
+    const r = peek(
+      '{"x":{"model":1,"stream":"no","max_tokens":-1},"model":"m","y":[{"messages":2}]}',
+    );
+    expect(r.model).toBe('m');
+    expect(r.stream).toBeUndefined();
+    expect(r.maxTokens).toBeUndefined();
+    expect(r.messages).toBeUndefined();
+  });
+
+  it('accepts whitespace around and inside the body', () => {
+    const text = ' \r\n\t{ "model" :\n"m" ,\t"stream"\r:\tfalse }\n \t';
+    const r = peek(text);
+    expect(r.model).toBe('m');
+    expect(r.stream).toBe(false);
+    expect(r.objectStart).toBe(4);
+    expect(r.objectEnd).toBe(text.indexOf('}'));
+    expect(r.streamSpan).toStrictEqual({
+      start: text.indexOf('false'),
+      end: text.indexOf('false') + 5,
+    });
+  });
+
+  it('takes a Uint8Array that is not a Buffer', () => {
+    const u8 = new Uint8Array(bytes(body));
+    expect(peekRequest(u8).model).toBe('gpt-4o');
+  });
+});
+
+describe('peekRequest: keys', () => {
+  it('compares keys after unescaping them', () => {
+    expect(peek('{"mod\\u0065l":"m"}').model).toBe('m');
+    expect(peek('{"\\u006d\\u006F\\u0064\\u0065\\u006c":"m"}').model).toBe('m');
+    expect(peek('{"model":"m","max\\u005ftokens":7}').maxTokens).toBe(7);
+    expect(peek('{"model":"m","str\\u0065am":true}').stream).toBe(true);
+    expect(peek('{"model":"m","m\\u0065ssages":[]}').messages).toStrictEqual({
+      start: 27,
+      end: 29,
+    });
+  });
+
+  it('does not take near misses for known keys', () => {
+    for (const key of ['Model', 'model ', 'mode', 'models', 'model\\u0000', '\\u006dode']) {
+      const error = peekError(`{"${key}":"m"}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('model');
+    }
+  });
+
+  it('takes the last of duplicate keys, as JSON.parse does', () => {
+    expect(peek('{"model":"a","model":"b"}').model).toBe('b');
+    expect(peek('{"model":1,"model":"b"}').model).toBe('b');
+    expect(peek('{"model":"a","mod\\u0065l":"b"}').model).toBe('b');
+    expect(peekError('{"model":"a","model":null}').message).toBe('model must be a string');
+    const text = '{"model":"m","max_tokens":"x","max_tokens":5,"stream":true,"stream":null}';
+    const r = peek(text);
+    expect(r.maxTokens).toBe(5);
+    expect(r.maxTokensSpan).toStrictEqual({ start: text.indexOf('5'), end: text.indexOf('5') + 1 });
+    expect(r.stream).toBeUndefined();
+    expect(r.streamSpan).toStrictEqual({ start: text.lastIndexOf('null'), end: text.length - 1 });
+  });
+});
+
+describe('peekRequest: model', () => {
+  it('decodes unicode, raw or escaped, as JSON.parse does', () => {
+    for (const text of [
+      '{"model":"café-模型-😀"}',
+      '{"model":"caf\\u00e9-\\u6a21\\u578b-\\ud83d\\ude00"}',
+      '{"model":"lone \\ud800 surrogate"}',
+      '{"model":"\\"q\\" \\\\ \\/ \\b\\f\\n\\r\\t"}',
+      '{"model":"\uFEFFbom inside"}',
+      '{"model":""}',
+    ]) {
+      expect(peek(text).model).toBe(JSON.parse(text).model);
+    }
+  });
+
+  it('is required', () => {
+    const error = peekError('{"messages":[]}');
+    expect(error.code).toBe('ERR_FIELD');
+    expect(error.field).toBe('model');
+    expect(error.message).toBe('model is required');
+    expect(error.offset).toBeUndefined();
+    expect(peekError('{}').field).toBe('model');
+  });
+
+  it('must be a string', () => {
+    for (const value of ['null', '1', 'true', '["m"]', '{"id":"m"}']) {
+      const error = peekError(`{"model":${value}}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('model');
+      expect(error.message).toBe('model must be a string');
+      expect(error.offset).toBe(9);
+    }
+  });
+});
+
+describe('peekRequest: stream and messages', () => {
+  it('reads stream as a boolean; null is absent', () => {
+    expect(peek('{"model":"m","stream":true}').stream).toBe(true);
+    expect(peek('{"model":"m","stream":false}').stream).toBe(false);
+    expect(peek('{"model":"m","stream":null}').stream).toBeUndefined();
+    expect(peek('{"model":"m"}').stream).toBeUndefined();
+    expect(peek('{"model":"m"}').streamSpan).toBeUndefined();
+  });
+
+  it.each(['"true"', '1', '0', '[]', '{}'])('refuses stream: %s', (value) => {
+    const error = peekError(`{"model":"m","stream":${value}}`);
+    expect(error.code).toBe('ERR_FIELD');
+    expect(error.field).toBe('stream');
+    expect(error.message).toBe('stream must be a boolean or null');
+    expect(error.offset).toBe(22);
+  });
+
+  it('refuses messages that are not an array; null is absent', () => {
+    expect(peek('{"model":"m","messages":null}').messages).toBeUndefined();
+    for (const value of ['"hi"', '{}', '1']) {
+      const error = peekError(`{"model":"m","messages":${value}}`);
+      expect(error.field).toBe('messages');
+      expect(error.message).toBe('messages must be an array');
+    }
+  });
+});
+
+describe('peekRequest: max_tokens and max_completion_tokens', () => {
+  // JSON numbers mean their value: 1e2 and 100.0 are the integer 100 (JSON.parse agrees, and so
+  // does vLLM's pydantic model), -0 is 0.
+  it.each([
+    ['0', 0],
+    ['1', 1],
+    ['512', 512],
+    ['1e2', 100],
+    ['1E+2', 100],
+    ['100.0', 100],
+    ['0.5e1', 5],
+    ['-0', 0],
+    ['9007199254740991', 9007199254740991],
+    ['null', undefined],
+  ])('accepts %s as %s', (text, value) => {
+    const r = peek(`{"model":"m","max_tokens":${text},"max_completion_tokens":${text}}`);
+    expect(r.maxTokens).toBe(value);
+    expect(r.maxCompletionTokens).toBe(value);
+    expect(r.maxTokensSpan).toStrictEqual({ start: 26, end: 26 + text.length });
+  });
+
+  it.each(['-1', '1.5', '1e-1', '9007199254740992', '1e400', '-1e400', '"5"', 'true', '[5]', '{}'])(
+    'refuses %s, naming the field',
+    (text) => {
+      const error = peekError(`{"model":"m","max_tokens":${text}}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('max_tokens');
+      expect(error.message).toBe('max_tokens must be a non-negative integer or null');
+      expect(error.offset).toBe(26);
+      const other = peekError(`{"model":"m","max_completion_tokens":${text}}`);
+      expect(other.field).toBe('max_completion_tokens');
+      expect(other.message).toBe('max_completion_tokens must be a non-negative integer or null');
+    },
+  );
+});
+
+describe('peekRequest: body shape', () => {
+  it.each(['[]', '"model"', '1', 'null', 'true', ' [{"model":"m"}] '])(
+    'refuses a top-level %s that is not an object',
+    (text) => {
+      const error = peekError(text);
+      expect(error.code).toBe('ERR_JSON');
+      expect(error.message).toBe('request body must be a JSON object');
+      expect(error.offset).toBe(text.length - text.trimStart().length);
+    },
+  );
+
+  it('reports bad JSON before the wrong shape', () => {
+    expect(peekError('[1,]').message).toBe(
+      "invalid JSON at byte 3: unexpected ']', expected a value",
+    );
+    expect(peekError('[1] x').message).toBe(
+      "invalid JSON at byte 4: unexpected 'x', expected the end of the body",
+    );
+  });
+
+  it('refuses a body that starts with a UTF-8 byte order mark', () => {
+    const error = peekError('\uFEFF{"model":"m"}');
+    expect(error.code).toBe('ERR_JSON');
+    expect(error.offset).toBe(0);
+    expect(error.message).toBe('invalid JSON at byte 0: a byte order mark (BOM) is not allowed');
+  });
+
+  it('refuses an empty or blank body', () => {
+    expect(peekError('').message).toBe(
+      'invalid JSON at byte 0: unexpected end of input, expected a JSON object',
+    );
+    expect(peekError(' \n').offset).toBe(2);
+  });
+});
+
+describe('peekRequest: syntax errors point at the byte', () => {
+  it.each([
+    ['{"model" "m"}', 9, `unexpected '"', expected ':' after an object key`],
+    ['{"model":"m",}', 13, `unexpected '}', expected '"' to start an object key`],
+    ['{"model":"m" "x":1}', 13, `unexpected '"', expected ',' or '}' after an object member`],
+    ['{model:"m"}', 1, `unexpected 'm', expected '"' to start an object key`],
+    [
+      '{"model":"m"}}',
+      13,
+      `unexpected '}', expected the end of the body after the top-level object`,
+    ],
+    [
+      '{"model":"m"} x',
+      14,
+      `unexpected 'x', expected the end of the body after the top-level object`,
+    ],
+    ['{"model":"a\u0001"}', 11, 'control character byte 0x01 in a string must be escaped'],
+    ['{"model":"a\nb"}', 11, 'control character byte 0x0A in a string must be escaped'],
+    ['{"model":"\\x"}', 10, `invalid escape in a string: '\\' followed by 'x'`],
+    ['{"model":"\\u12G4"}', 10, 'a \\u escape needs 4 hex digits'],
+    ['{"model":"m","n":01}', 17, 'a number must not have leading zeros'],
+    ['{"model":"m","n":-01}', 18, 'a number must not have leading zeros'],
+    ['{"model":"m","n":-}', 18, `unexpected '}', expected a digit after '-'`],
+    ['{"model":"m","n":1.}', 19, `unexpected '}', expected a digit after '.'`],
+    ['{"model":"m","n":1e}', 19, `unexpected '}', expected a digit in the exponent`],
+    ['{"model":"m","n":1e+}', 20, `unexpected '}', expected a digit in the exponent`],
+    ['{"model":"m","n":.5}', 17, `unexpected '.', expected a value`],
+    ['{"model":"m","n":+1}', 17, `unexpected '+', expected a value`],
+    ['{"model":"m","n":[1,2,]}', 22, `unexpected ']', expected a value`],
+    ['{"model":"m","n":[1 2]}', 20, `unexpected '2', expected ',' or ']' after an array element`],
+    ['{"model":"m","n":{"a":1,}}', 24, `unexpected '}', expected '"' to start an object key`],
+    ['{"model":"m","n":{"a" 1}}', 22, `unexpected '1', expected ':' after an object key`],
+    ['{"model":"m","n":tru}', 20, `unexpected '}', expected 'true'`],
+    ['{"model":"m","n":nul', 20, `unexpected end of input, expected 'null'`],
+    ['{"model":"m","n":True}', 17, `unexpected 'T', expected a value`],
+    ['{"model":"m","n":NaN}', 17, `unexpected 'N', expected a value`],
+    ['{"model":"m","n":\'x\'}', 17, `unexpected ''', expected a value`],
+    ['{"model":"m","n":\u00a0}', 17, 'unexpected byte 0xC2, expected a value'],
+    ['{"model":"abc', 13, 'unexpected end of input, in the string that starts at byte 9'],
+    ['{"model":"abc\\', 14, 'unexpected end of input, in a string escape'],
+    ['{"model":"\\u12', 15, 'unexpected end of input, in a \\u escape'],
+    ['{"model":"m"', 12, "unexpected end of input, expected ',' or '}' after an object member"],
+    ['{"model":"m","n":[1', 19, "unexpected end of input, expected ',' or ']'"],
+    ['{"model":', 9, 'unexpected end of input, expected a value'],
+    ['{', 1, `unexpected end of input, expected '"' to start an object key`],
+  ])('%j → byte %i', (text, offset, detail) => {
+    const error = peekError(text);
+    expect(error).toBeInstanceOf(RequestPeekError);
+    expect(error.code).toBe('ERR_JSON');
+    expect(error.offset).toBe(offset);
+    expect(error.message).toBe(`invalid JSON at byte ${offset}: ${detail}`);
+    expect(() => JSON.parse(text)).toThrow(SyntaxError);
+  });
+
+  it('counts bytes, not characters, in offsets', () => {
+    const error = peekError('{"model":"é模😀","x":tru}');
+    expect(error.offset).toBe(Buffer.byteLength('{"model":"é模😀","x":tru'));
+  });
+
+  it('checks the whole body even after every known field is read', () => {
+    const error = peekError(`{"model":"m","stream":true,"tail":"${'x'.repeat(5000)}\u0002"}`);
+    expect(error.offset).toBe(35 + 5000);
+  });
+});

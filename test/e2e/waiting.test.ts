@@ -1,0 +1,209 @@
+// Clients that wait: keep-alives while parked, park timeout, queue depth, disconnects.
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  eventually,
+  startDispatcher,
+  startEngineSim,
+  startGateway,
+  startRedis,
+  type SluiceProcess,
+  type TestEngineSim,
+  type TestRedis,
+} from '../support/index.ts';
+
+let redis: TestRedis;
+let sim: TestEngineSim;
+let gateway: SluiceProcess;
+let dispatcher: SluiceProcess;
+let client: Redis;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  // Slow decode: a request holding a slot keeps it until its client goes away.
+  sim = await startEngineSim([
+    '--profile',
+    'instant',
+    '--model',
+    'm',
+    '--max-num-seqs',
+    '64',
+    '--decode-seconds-per-sequence',
+    '0.01',
+  ]);
+  const env = {
+    REDIS_URL: redis.url,
+    VLLM_URL: sim.url,
+    VLLM_MODEL: 'm',
+    ADMISSION_MAX_INFLIGHT: '2',
+    VLLM_MAX_QUEUE_DEPTH: '3',
+    ADMISSION_MAX_PARK_SECONDS: '1',
+    SSE_HEARTBEAT_SECONDS: '0.1',
+  };
+  dispatcher = await startDispatcher(env);
+  gateway = await startGateway(env);
+  client = new Redis(redis.url);
+});
+
+afterAll(async () => {
+  await client?.quit();
+  await gateway?.stop();
+  await dispatcher?.stop();
+  await sim?.stop();
+  await redis?.stop();
+});
+
+const queued = async () =>
+  (await client.llen('sluice:pool-default:wait')) +
+  (await client.zcard('sluice:pool-default:prioritized'));
+
+function chat(content: string, extra: Record<string, unknown> = {}, signal?: AbortSignal) {
+  return fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
+    signal,
+  });
+}
+
+/** Two endless streams that hold both slots until aborted. */
+async function fillCap() {
+  const controller = new AbortController();
+  const responses = await Promise.all(
+    [0, 1].map((i) =>
+      chat(
+        `blocker ${i} ${Math.random()}`,
+        { stream: true, max_tokens: 100000, ignore_eos: true },
+        controller.signal,
+      ),
+    ),
+  );
+  await Promise.all(responses.map((r) => r.body!.getReader().read()));
+  expect((await sim.state()).running).toBe(2);
+  return async () => {
+    controller.abort();
+    await eventually(
+      async () => ((await sim.state()).running === 0 ? true : undefined),
+      'the blockers to leave the engine',
+    );
+  };
+}
+
+async function readEvents(res: Response, until: (text: string) => boolean): Promise<string> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!until(text)) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+  }
+  reader.releaseLock();
+  return text;
+}
+
+describe('waiting clients', () => {
+  it('a streaming client parked for 3 heartbeat periods receives 3 keep-alives before its first token', async () => {
+    const free = await fillCap();
+    const res = await chat('parked stream', { stream: true, max_tokens: 3 });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+    const early = await readEvents(res, (t) => (t.match(/: keep-alive\n\n/g) ?? []).length >= 3);
+    expect(early).not.toContain('data:');
+    await free();
+    const rest = await readEvents(res, (t) => t.includes('data: [DONE]'));
+    const all = early + rest;
+    const firstData = all.indexOf('data:');
+    expect(
+      (all.slice(0, firstData).match(/: keep-alive\n\n/g) ?? []).length,
+    ).toBeGreaterThanOrEqual(3);
+    expect(all.endsWith('data: [DONE]\n\n')).toBe(true);
+  });
+
+  it('gives 503 park_timeout with Retry-After to a client still queued after ADMISSION_MAX_PARK_SECONDS, and removes its job', async () => {
+    const free = await fillCap();
+    const res = await chat('will time out');
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('park_timeout');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('park_timeout');
+    expect(await queued()).toBe(0);
+    await free();
+  });
+
+  it('delivers a park timeout in-band to a streaming client whose headers went out with a keep-alive', async () => {
+    const free = await fillCap();
+    const res = await chat('stream will time out', { stream: true });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toContain(': keep-alive');
+    expect(text).toMatch(
+      /data: \{"error":\{"message":"no capacity within 1 s; retry later","type":"server_error","param":null,"code":"park_timeout"\}\}\n\n$/,
+    );
+    await free();
+  });
+
+  it('refuses at once with 503 queue_full when VLLM_MAX_QUEUE_DEPTH requests are queued', async () => {
+    const free = await fillCap();
+    const controller = new AbortController();
+    const waiting = [0, 1, 2].map((i) =>
+      chat(`queued ${i}`, {}, controller.signal).catch(() => undefined),
+    );
+    await eventually(async () => ((await queued()) === 3 ? true : undefined), 'three queued jobs');
+    const res = await chat('one too many');
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('queue_full');
+    expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
+    controller.abort();
+    await Promise.all(waiting);
+    await eventually(
+      async () => ((await queued()) === 0 ? true : undefined),
+      'aborted clients to leave the queue',
+    );
+    await free();
+  });
+
+  it('a client that disconnects while queued never reaches the engine', async () => {
+    const free = await fillCap();
+    const before = (await sim.state()).receivedTotal as number;
+    const controller = new AbortController();
+    const pending = chat('never runs', {}, controller.signal).catch(() => undefined);
+    await eventually(
+      async () => ((await queued()) === 1 ? true : undefined),
+      'the job to be queued',
+    );
+    controller.abort();
+    await pending;
+    await eventually(
+      async () => ((await queued()) === 0 ? true : undefined),
+      'the job to be removed',
+    );
+    await free();
+    // A request sent now runs; the abandoned one never did.
+    expect((await chat('runs', { max_tokens: 2 })).status).toBe(200);
+    expect((await sim.state()).receivedTotal).toBe(before + 1);
+  });
+
+  it('a client that disconnects mid-stream frees its engine slot (the engine would otherwise decode for ~17 simulated minutes)', async () => {
+    const controller = new AbortController();
+    const res = await chat(
+      'mid-stream',
+      { stream: true, max_tokens: 100000, ignore_eos: true },
+      controller.signal,
+    );
+    await readEvents(res, (t) => t.includes('data:'));
+    expect((await sim.state()).running).toBe(1);
+    const abortedAt = performance.now();
+    controller.abort();
+    await eventually(
+      async () => ((await sim.state()).running === 0 ? true : undefined),
+      'the engine to free the slot',
+    );
+    // Measured, not asserted (speed belongs in the benchmarks): client abort -> engine free.
+    console.log(
+      `engine slot freed ${(performance.now() - abortedAt).toFixed(1)} ms after the client left`,
+    );
+    expect((await sim.state()).usedBlocks).toBe(0);
+  });
+});

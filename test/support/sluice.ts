@@ -1,0 +1,32 @@
+// Real Sluice processes: `sluice gateway` and `sluice dispatcher`, configured by env.
+import { startProcess, type StartedProcess } from './process.ts';
+import { sluiceBin } from './engine-sim.ts';
+
+export interface SluiceProcess {
+  readonly url: string;
+  readonly process: StartedProcess;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+async function start(
+  command: 'gateway' | 'dispatcher',
+  env: Record<string, string>,
+): Promise<SluiceProcess> {
+  const proc = await startProcess({
+    command: process.execPath,
+    args: [sluiceBin, command],
+    env: { LOG_LEVEL: 'info', HOST: '127.0.0.1', ...env },
+    ready: new RegExp(`"url":"([^"]+)".*"msg":"${command} ready"`),
+  });
+  return { url: proc.ready[1]!, process: proc, stop: (signal) => proc.stop(signal) };
+}
+
+/** A gateway replica on a free port. */
+export function startGateway(env: Record<string, string>): Promise<SluiceProcess> {
+  return start('gateway', { PORT: '0', ...env });
+}
+
+/** A dispatcher whose metrics server listens on a free port. */
+export function startDispatcher(env: Record<string, string>): Promise<SluiceProcess> {
+  return start('dispatcher', { METRICS_PORT: '0', ...env });
+}
