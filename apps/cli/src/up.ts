@@ -23,9 +23,10 @@ function startChild(
   command: string,
   args: string[],
   ready: RegExp,
+  env: Record<string, string | undefined> = process.env,
 ): Promise<[Started, RegExpMatchArray]> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
     const tail: string[] = [];
     let settled = false;
     for (const stream of [child.stdout!, child.stderr!]) {
@@ -98,13 +99,61 @@ export async function runUp(argv: string[]): Promise<void> {
       engineUrl = match[1]!;
     }
 
+    // The simulator's homelab engine runs --max-num-seqs 4; a real engine's value comes
+    // from the operator (VLLM_MAX_NUM_SEQS / ADMISSION_MAX_INFLIGHT).
+    const env: Record<string, string | undefined> = {
+      ...process.env,
+      REDIS_URL: redisUrl,
+      VLLM_URL: engineUrl,
+      VLLM_MAX_NUM_SEQS:
+        process.env['VLLM_MAX_NUM_SEQS'] ?? (process.env['VLLM_URL'] ? undefined : '4'),
+    };
+    const gatewayPort = Number(process.env['PORT'] ?? 8080);
+    const metricsPort = Number(process.env['METRICS_PORT'] ?? 9464);
+    const ready = (component: string) => new RegExp(`"url":"([^"]+)".*"msg":"${component} ready"`);
+    const dispatchers: string[] = [];
+    for (const [i, role] of ['leader', 'standby'].entries()) {
+      const [child, match] = await startChild(
+        `dispatcher-${i + 1}`,
+        process.execPath,
+        [cliMain, 'dispatcher'],
+        ready('dispatcher'),
+        {
+          ...env,
+          METRICS_PORT: String(metricsPort === 0 ? 0 : metricsPort + i),
+          SLUICE_DISPATCHER_ID: process.env['SLUICE_DISPATCHER_ID']
+            ? `${process.env['SLUICE_DISPATCHER_ID']}-${i + 1}`
+            : `dispatcher-${i + 1}`,
+        },
+      );
+      started.push(child);
+      dispatchers.push(`${match[1]!}/metrics  (${role} at start)`);
+    }
+    const gateways: string[] = [];
+    for (const i of [0, 1]) {
+      const [child, match] = await startChild(
+        `gateway-${i + 1}`,
+        process.execPath,
+        [cliMain, 'gateway'],
+        ready('gateway'),
+        {
+          ...env,
+          PORT: String(gatewayPort === 0 ? 0 : gatewayPort + i),
+          SLUICE_REPLICA_ID: `gateway-${i + 1}`,
+        },
+      );
+      started.push(child);
+      gateways.push(match[1]!);
+    }
+
     process.stdout.write(
       [
         'sluice up: local stack running (Ctrl-C stops it)',
         `  redis        ${redisUrl}`,
         `  engine       ${engineUrl}${process.env['VLLM_URL'] ? '' : '  (engine simulator, homelab profile; metrics at /metrics)'}`,
-        '  gateway      not built yet (issue "The broker"); send requests to the engine directly for now',
-        '  dispatcher   not built yet (issue "The broker")',
+        ...gateways.map((url) => `  gateway      ${url}  (OpenAI API at /v1, /metrics, /readyz)`),
+        ...dispatchers.map((url) => `  dispatcher   ${url}`),
+        `try: curl ${gateways[0]}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"reasoning","messages":[{"role":"user","content":"hi"}]}'`,
         '',
       ].join('\n'),
     );

@@ -44,7 +44,7 @@ describe('sluice command', () => {
     ]);
   });
 
-  it('up starts redis-server and the simulator, says where they listen, and stops them on SIGTERM', async () => {
+  it('up starts redis-server, the simulator, two gateways and two dispatchers, serves through them, and stops everything on SIGTERM', async () => {
     const [redisPort, enginePort] = [await freePort(), await freePort()];
     const up = await startProcess({
       command: process.execPath,
@@ -52,18 +52,35 @@ describe('sluice command', () => {
       env: {
         SLUICE_REDIS_PORT: String(redisPort),
         SLUICE_ENGINE_PORT: String(enginePort),
+        PORT: '0',
+        METRICS_PORT: '0',
+        HOST: '127.0.0.1',
         REDIS_URL: '',
         VLLM_URL: '',
       },
-      ready: /^\s+dispatcher/,
+      ready: /^try: curl/,
     });
-    expect(up.output.join('\n')).toContain(`redis        redis://127.0.0.1:${redisPort}`);
-    expect(up.output.join('\n')).toContain(`engine       http://127.0.0.1:${enginePort}`);
-    const models = (await (await fetch(`http://127.0.0.1:${enginePort}/v1/models`)).json()) as {
-      data: Array<{ id: string }>;
-    };
-    expect(models.data[0]!.id).toBe('reasoning');
+    const printed = up.output.join('\n');
+    expect(printed).toContain(`redis        redis://127.0.0.1:${redisPort}`);
+    expect(printed).toContain(`engine       http://127.0.0.1:${enginePort}`);
+    const gateways = [...printed.matchAll(/gateway +(http:\/\/\S+)/g)].map((m) => m[1]!);
+    expect(gateways).toHaveLength(2);
+    expect([...printed.matchAll(/dispatcher +http/g)]).toHaveLength(2);
+    for (const url of gateways) {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'reasoning',
+          messages: [{ role: 'user', content: 'hi' }],
+          max_tokens: 2,
+        }),
+      });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-sluice-engine')).toBe(`127.0.0.1:${enginePort}`);
+    }
     await up.stop('SIGTERM');
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
+    await expect(fetch(`${gateways[0]}/healthz`)).rejects.toThrow();
   });
 });

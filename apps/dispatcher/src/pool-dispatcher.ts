@@ -242,6 +242,9 @@ export class PoolDispatcher {
       metrics.skipped.inc({ pool, reason });
       await job.moveToFailed(new Error(reason), token, false).catch(() => {});
     };
+    // A job taken before (its dispatcher died and the stalled check moved it back, with a
+    // deferred failure in BullMQ 6) may have run partly: it is failed, never run twice.
+    if (job.deferredFailure || job.attemptsStarted > 1) return skip('stalled');
     if (payload.deadline < now()) return skip('past_deadline');
     if (!(await this.deps.replicas.isAlive(payload.replica))) return skip('client_gone');
     const controller = cancels.register(jobId);

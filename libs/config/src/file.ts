@@ -1,7 +1,7 @@
 // The optional YAML file (SLUICE_CONFIG): pools, engines and pass-through models. Validated
 // strictly: an unknown key is an error, because a typo in a file is a bug, not a choice.
 import { parseDocument } from 'yaml';
-import { ConfigError, show } from './errors.js';
+import { ConfigError, hidden, show } from './errors.js';
 import { engineNameFromUrl, matching, type Rule } from './rules.js';
 import type { EngineConfig, PassthroughConfig, PoolConfig } from './types.js';
 import { shared } from './variables.js';
@@ -53,8 +53,7 @@ class FileChecker {
   }
 
   invalid(path: string, value: unknown, allowed: string, secret = false): ConfigError {
-    const shown =
-      secret && typeof value === 'string' ? `(hidden, ${value.length} characters)` : show(value);
+    const shown = secret && typeof value === 'string' ? hidden(value) : show(value);
     return new ConfigError(path, `${this.file}: ${path}=${shown} is invalid: expected ${allowed}`);
   }
 

@@ -67,6 +67,7 @@ export const bad: Record<VariableName, string[]> = {
     'http://vllm:8000#f',
     ' http://vllm:8000',
     'http://',
+    'http://proxy/engines/a',
   ],
   VLLM_MODEL: [' llama', 'llama ', 'a\nb', '\t'],
   VLLM_API_KEY: ['a b', 'token\n', 'tökén'],
@@ -129,7 +130,6 @@ export const good: Record<
   VLLM_URL: [
     ['http://vllm-0:8000', 'http://vllm-0:8000'],
     ['HTTPS://VLLM.example/', 'https://vllm.example'],
-    ['http://proxy/engines/a/', 'http://proxy/engines/a'],
     ['http://vllm:80', 'http://vllm'],
   ],
   VLLM_MODEL: [

@@ -75,13 +75,13 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a bad engine URL',
       pool('', 'url: ftp://vllm-0'),
       'pools[0].engines[0].url',
-      '/etc/sluice.yaml: pools[0].engines[0].url="ftp://vllm-0" is invalid: expected an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+      '/etc/sluice.yaml: pools[0].engines[0].url="ftp://vllm-0" is invalid: expected an http:// or https:// origin without path, credentials or query, e.g. http://vllm-0:8000',
     ],
     [
-      'an engine URL ending in /v1',
+      'an engine URL with a path (such as /v1)',
       pool('', 'url: http://vllm-0:8000/v1'),
       'pools[0].engines[0].url',
-      '/etc/sluice.yaml: pools[0].engines[0].url="http://vllm-0:8000/v1" is invalid: expected an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+      '/etc/sluice.yaml: pools[0].engines[0].url="http://vllm-0:8000/v1" is invalid: expected an http:// or https:// origin without path, credentials or query, e.g. http://vllm-0:8000',
     ],
     [
       'a typo in a pool key',
@@ -171,7 +171,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'an engine without url',
       pool('', 'name: e'),
       'pools[0].engines[0].url',
-      '/etc/sluice.yaml: pools[0].engines[0].url is missing: expected an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+      '/etc/sluice.yaml: pools[0].engines[0].url is missing: expected an http:// or https:// origin without path, credentials or query, e.g. http://vllm-0:8000',
     ],
     [
       'an engine that is a bare string',
@@ -195,7 +195,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a pass-through entry without url',
       'passthrough:\n  - model: e\n',
       'passthrough[0].url',
-      '/etc/sluice.yaml: passthrough[0].url is missing: expected an http:// or https:// base URL without credentials, query or trailing /v1, e.g. http://vllm-0:8000',
+      '/etc/sluice.yaml: passthrough[0].url is missing: expected an http:// or https:// origin without path, credentials or query, e.g. http://vllm-0:8000',
     ],
     [
       'a typo in a pass-through entry',
@@ -295,8 +295,8 @@ pools:
   it('refuses one engine in two pools: each dispatcher would apply its own cap', () => {
     const error = fileError(`
 pools:
-  - {name: a, models: [x], engines: [{url: "http://vllm:8000"}]}
-  - {name: b, models: [y], engines: [{url: "http://vllm:8000/"}]}
+  - {name: a, models: [x], engines: [{url: "http://VLLM:80"}]}
+  - {name: b, models: [y], engines: [{url: "http://vllm/"}]}
 `);
     expect(error.variable).toBe('pools[1].engines[0].url');
     expect(error.message).toContain('already at pools[0].engines[0]');
@@ -307,23 +307,23 @@ pools:
 pools:
   - name: a
     models: [x]
-    engines: [{url: "http://proxy:80/a"}, {url: "http://proxy/b"}]
+    engines: [{url: "http://vllm:8000"}, {url: "https://vllm:8000"}]
 `);
     expect(error.message).toBe(
-      '/etc/sluice.yaml: pools[0].engines[1].name="proxy:80" is invalid: expected a name not used by another engine (pools[0].engines[0]); the name comes from the URL, so set name',
+      '/etc/sluice.yaml: pools[0].engines[1].name="vllm:8000" is invalid: expected a name not used by another engine (pools[0].engines[0]); the name comes from the URL, so set name',
     );
   });
 
-  it('accepts the same host behind a proxy once names are given', () => {
+  it('accepts colliding derived names once names are given', () => {
     const config = loadFile(`
 pools:
   - name: a
     models: [x]
-    engines: [{url: "http://proxy/a", name: a}, {url: "http://proxy/b", name: b}]
+    engines: [{url: "http://vllm:8000", name: a}, {url: "https://vllm:8000", name: b}]
 `);
     expect(config.pools[0]?.engines.map((e) => [e.name, e.url])).toEqual([
-      ['a', 'http://proxy/a'],
-      ['b', 'http://proxy/b'],
+      ['a', 'http://vllm:8000'],
+      ['b', 'https://vllm:8000'],
     ]);
   });
 });

@@ -10,6 +10,7 @@ export const COMMA = 0x2c;
 export const MINUS = 0x2d;
 export const DOT = 0x2e;
 export const ZERO = 0x30;
+export const ONE = 0x31;
 export const NINE = 0x39;
 export const COLON = 0x3a;
 export const UPPER_E = 0x45;

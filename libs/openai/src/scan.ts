@@ -28,6 +28,7 @@ import {
   TAB,
   UPPER_E,
   ZERO,
+  ONE,
   describeByte,
 } from './bytes.js';
 import { RequestPeekError } from './errors.js';
@@ -254,30 +255,53 @@ export function skipValue(b: Uint8Array, i: number, n: number, depth: number): n
       } else {
         continue;
       }
-    } else if (c === MINUS || (c >= ZERO && c <= NINE)) {
+    } else if (c >= ONE && c <= NINE) {
+      // Fast path for plain integers; anything more goes through scanNumber from the start.
+      let j = i + 1;
+      while (j < n && b[j]! >= 0x30 && b[j]! <= 0x39) j++;
+      const d = j < n ? b[j]! : 0;
+      i = d === DOT || d === LOWER_E || d === UPPER_E ? scanNumber(b, i, n) : j;
+    } else if (c === MINUS || c === ZERO) {
       i = scanNumber(b, i, n);
     } else if (c === LOWER_T) {
-      i = scanLiteral(b, i, n, TRUE);
+      if (i + 3 < n && b[i + 1] === 0x72 && b[i + 2] === 0x75 && b[i + 3] === LOWER_E) i += 4;
+      else i = scanLiteral(b, i, n, TRUE);
     } else if (c === LOWER_F) {
-      i = scanLiteral(b, i, n, FALSE);
+      if (
+        i + 4 < n &&
+        b[i + 1] === 0x61 &&
+        b[i + 2] === 0x6c &&
+        b[i + 3] === 0x73 &&
+        b[i + 4] === LOWER_E
+      ) {
+        i += 5;
+      } else {
+        i = scanLiteral(b, i, n, FALSE);
+      }
     } else if (c === LOWER_N) {
-      i = scanLiteral(b, i, n, NULL);
+      if (i + 3 < n && b[i + 1] === 0x75 && b[i + 2] === 0x6c && b[i + 3] === 0x6c) i += 4;
+      else i = scanLiteral(b, i, n, NULL);
     } else {
       throw unexpected(b, i, n, 'expected a value');
     }
     // After a value: close containers until one continues with ','.
     for (;;) {
       if (depth === base) return i;
-      i = skipWhitespace(b, i, n);
       const inObject = stack[depth] === OBJECT;
-      if (i >= n) {
-        throw endOfInput(n, inObject ? "expected ',' or '}'" : "expected ',' or ']'");
-      }
-      c = b[i]!;
-      if (c === COMMA) {
+      c = i < n ? b[i]! : 0;
+      if (c === SPACE || c === LF || c === CR || c === TAB) {
         i = skipWhitespace(b, i + 1, n);
+        c = i < n ? b[i]! : 0;
+      }
+      if (c === COMMA) {
+        i++;
+        c = i < n ? b[i]! : 0;
+        if (c === SPACE || c === LF || c === CR || c === TAB) i = skipWhitespace(b, i + 1, n);
         if (inObject) i = scanKey(b, i, n);
         continue value;
+      }
+      if (i >= n) {
+        throw endOfInput(n, inObject ? "expected ',' or '}'" : "expected ',' or ']'");
       }
       if (c === (inObject ? RBRACE : RBRACKET)) {
         i++;

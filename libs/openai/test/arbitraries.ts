@@ -65,7 +65,7 @@ export function serialize(value: Value | Members, s: Style): string {
     if (typeof v === 'string') return str(v);
     if (Array.isArray(v))
       return `[${v.length ? v.map((x) => ws() + go(x) + ws()).join(',') : ws()}]`;
-    return go(new Members(Object.entries(v)));
+    return go(new Members(Object.entries(v) as [string, Value][]));
   };
   return ws() + go(value) + ws();
 }

@@ -58,6 +58,22 @@ function chatBody(target, seed) {
   };
 }
 
+/** Many tiny messages: the walk's per-token cost, not its string skipping. */
+function shortMessages(target) {
+  const messages = [];
+  for (let size = 0; size < target; size += 40)
+    messages.push({ role: 'user', content: 'ok, go on' });
+  return { model: 'm', messages };
+}
+
+/** A completions prompt given as token ids. */
+function tokenIds(target) {
+  const random = rng(6);
+  const prompt = [];
+  for (let size = 0; size < target; size += 6) prompt.push(Math.floor(random() * 128_000));
+  return { model: 'm', prompt, max_tokens: 16 };
+}
+
 /** Python's json.dumps default (ensure_ascii): every non-ASCII character as \uXXXX. */
 function asciiJson(value) {
   return JSON.stringify(value).replace(
@@ -83,7 +99,9 @@ const cases = [
   ['1 MiB chat, ensure_ascii', Buffer.from(asciiJson(chatBody(1 << 20, 2)))],
   ['1 MiB chat, pretty-printed', Buffer.from(JSON.stringify(chatBody(1 << 20, 3), null, 2))],
   ['260 KB chat', Buffer.from(JSON.stringify(chatBody(260_000, 4)))],
-  ['2 KB chat', Buffer.from(JSON.stringify(chatBody(2_000, 5)))],
+  ['6 KB chat', Buffer.from(JSON.stringify(chatBody(2_000, 5)))],
+  ['1 MiB of short messages', Buffer.from(JSON.stringify(shortMessages(1 << 20)))],
+  ['1 MiB prompt of token ids', Buffer.from(JSON.stringify(tokenIds(1 << 20)))],
 ];
 const rounds = Number(process.argv[2] ?? 300);
 console.log('| body | bytes | peekRequest ms | JSON.parse(buf.toString()) ms | speed-up |');

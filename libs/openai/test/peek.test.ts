@@ -35,12 +35,14 @@ describe('peekRequest: a chat request', () => {
   it('gives spans a rewrite can splice', () => {
     const buf = bytes(body);
     const r = peekRequest(buf);
+    // Splice in body order: the messages array comes before max_tokens here.
+    expect(r.messages!.start).toBeLessThan(r.maxTokensSpan!.start);
     const rewritten = Buffer.concat([
-      buf.subarray(0, r.maxTokensSpan!.start),
-      bytes('64'),
-      buf.subarray(r.maxTokensSpan!.end, r.messages!.start + 1),
+      buf.subarray(0, r.messages!.start + 1),
       bytes('{"role":"system","content":"be brief"},'),
-      buf.subarray(r.messages!.start + 1),
+      buf.subarray(r.messages!.start + 1, r.maxTokensSpan!.start),
+      bytes('64'),
+      buf.subarray(r.maxTokensSpan!.end),
     ]);
     const parsed = JSON.parse(rewritten.toString());
     expect(parsed.max_tokens).toBe(64);
@@ -49,8 +51,8 @@ describe('peekRequest: a chat request', () => {
   });
 
   it('reads a completions request: prompt of any type', () => {
-    expect(peek('{"model":"m","prompt":"say hi"}').prompt).toStrictEqual({ start: 21, end: 29 });
-    expect(peek('{"model":"m","prompt":[1,2,3]}').prompt).toStrictEqual({ start: 21, end: 28 });
+    expect(peek('{"model":"m","prompt":"say hi"}').prompt).toStrictEqual({ start: 22, end: 30 });
+    expect(peek('{"model":"m","prompt":[1,2,3]}').prompt).toStrictEqual({ start: 22, end: 29 });
     expect(peek('{"model":"m","prompt":null}').prompt).toBeUndefined();
     expect(peek('{"model":"m"}').prompt).toBeUndefined();
   });
@@ -90,10 +92,9 @@ describe('peekRequest: keys', () => {
     expect(peek('{"\\u006d\\u006F\\u0064\\u0065\\u006c":"m"}').model).toBe('m');
     expect(peek('{"model":"m","max\\u005ftokens":7}').maxTokens).toBe(7);
     expect(peek('{"model":"m","str\\u0065am":true}').stream).toBe(true);
-    expect(peek('{"model":"m","m\\u0065ssages":[]}').messages).toStrictEqual({
-      start: 27,
-      end: 29,
-    });
+    const text = '{"model":"m","m\\u0065ssages":[]}';
+    expect(peek(text).messages).toStrictEqual({ start: 29, end: 31 });
+    expect(text.slice(29, 31)).toBe('[]');
   });
 
   it('does not take near misses for known keys', () => {
@@ -290,7 +291,7 @@ describe('peekRequest: syntax errors point at the byte', () => {
     ['{"model":"m","n":\u00a0}', 17, 'unexpected byte 0xC2, expected a value'],
     ['{"model":"abc', 13, 'unexpected end of input, in the string that starts at byte 9'],
     ['{"model":"abc\\', 14, 'unexpected end of input, in a string escape'],
-    ['{"model":"\\u12', 15, 'unexpected end of input, in a \\u escape'],
+    ['{"model":"\\u12', 14, 'unexpected end of input, in a \\u escape'],
     ['{"model":"m"', 12, "unexpected end of input, expected ',' or '}' after an object member"],
     ['{"model":"m","n":[1', 19, "unexpected end of input, expected ',' or ']'"],
     ['{"model":', 9, 'unexpected end of input, expected a value'],

@@ -1,0 +1,135 @@
+// Killing the leading dispatcher with SIGKILL: the standby takes over, clients of the
+// requests that were in flight hear about it, nothing runs twice and the cap holds.
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  eventually,
+  startDispatcher,
+  startEngineSim,
+  startGateway,
+  startRedis,
+  type SluiceProcess,
+  type TestEngineSim,
+  type TestRedis,
+} from '../support/index.ts';
+
+let redis: TestRedis;
+let sim: TestEngineSim;
+let gateway: SluiceProcess;
+let dispatchers: SluiceProcess[] = [];
+
+const env = () => ({
+  REDIS_URL: redis.url,
+  VLLM_URL: sim.url,
+  VLLM_MODEL: 'm',
+  ADMISSION_MAX_INFLIGHT: '2',
+  VLLM_MAX_QUEUE_DEPTH: '100',
+  SLUICE_LEASE_TTL_MS: '1000',
+  SLUICE_RELAY_LIVENESS_MS: '200',
+  SLUICE_RELAY_SILENCE_TIMEOUT_MS: '1000',
+});
+
+beforeAll(async () => {
+  redis = await startRedis();
+  sim = await startEngineSim([
+    '--profile',
+    'instant',
+    '--model',
+    'm',
+    '--max-num-seqs',
+    '64',
+    '--decode-seconds-per-sequence',
+    '0.01',
+  ]);
+  dispatchers = [await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'first' })];
+  // The first one leads before the standby starts.
+  await eventually(
+    async () =>
+      (await new Redis(redis.url).get('sluice:lease:default').finally(() => {})) === 'first'
+        ? true
+        : undefined,
+    'the first dispatcher to lead',
+  );
+  dispatchers.push(await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'second' }));
+  gateway = await startGateway(env());
+});
+
+afterAll(async () => {
+  await gateway?.stop();
+  await Promise.all(dispatchers.map((d) => d.stop()));
+  await sim?.stop();
+  await redis?.stop();
+});
+
+function chat(content: string, extra: Record<string, unknown> = {}) {
+  return fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
+  });
+}
+
+/** The rest of a stream as text; a transport failure is returned as text too, to be asserted on. */
+async function readToEnd(reader: ReadableStreamDefaultReader<Uint8Array>): Promise<string> {
+  const decoder = new TextDecoder();
+  let text = '';
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return text;
+      text += decoder.decode(value, { stream: true });
+    }
+  } catch (err) {
+    return `${text}\ntransport error: ${String(err)}`;
+  }
+}
+
+describe('leader failover', () => {
+  it('after SIGKILL of the leader, the standby releases the queued jobs; in-flight clients get an explicit error; nothing runs twice; the cap holds', async () => {
+    await fetch(`${sim.url}/sim/peak/reset`, { method: 'POST' });
+    // Two long streams occupy the cap on the first dispatcher...
+    const inflight = await Promise.all(
+      [0, 1].map((i) => chat(`long ${i}`, { stream: true, max_tokens: 100000, ignore_eos: true })),
+    );
+    const readers = inflight.map((r) => r.body!.getReader());
+    await Promise.all(readers.map((reader) => reader.read()));
+    // ...and three short requests wait in the queue behind them.
+    const queuedAnswers = [0, 1, 2].map((i) =>
+      chat(`queued ${i}`, { max_tokens: 4 }).then(async (r) => ({
+        status: r.status,
+        body: await r.text(),
+      })),
+    );
+    const client = new Redis(redis.url);
+    await eventually(
+      async () =>
+        (await client.zcard('sluice:pool-default:prioritized')) +
+          (await client.llen('sluice:pool-default:wait')) ===
+        3
+          ? true
+          : undefined,
+      'three queued jobs',
+    );
+
+    await dispatchers[0]!.stop('SIGKILL');
+
+    // The in-flight streams end with an explicit in-band error, not a silent truncation.
+    const endings = await Promise.all(readers.map((reader) => readToEnd(reader)));
+    for (const text of endings)
+      expect(text).toMatch(
+        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"(dispatcher_lost|engine_error)"\}\}\n\n$/,
+      );
+
+    // The standby takes the lease and releases the queued jobs.
+    const answers = await Promise.all(queuedAnswers);
+    for (const a of answers) expect(a.status).toBe(200);
+    expect(await client.get('sluice:lease:default')).toBe('second');
+    await client.quit();
+
+    // Every request reached the engine exactly once, and never more than 2 at a time.
+    const received = (await (await fetch(`${sim.url}/sim/received`)).json()) as { ids: string[] };
+    expect(new Set(received.ids).size).toBe(received.ids.length);
+    expect(received.ids).toHaveLength(5);
+    expect((await sim.state()).peakRequests).toBeLessThanOrEqual(2);
+  });
+});
