@@ -29,8 +29,9 @@ export class Lease {
     return this.leader;
   }
 
-  start(): void {
-    void this.tick();
+  /** Starts contending; resolves once the first attempt to take the lease is done. */
+  start(): Promise<void> {
+    return this.tick();
   }
 
   async stop(): Promise<void> {

@@ -113,7 +113,7 @@ export class PoolDispatcher {
   async start(): Promise<void> {
     await this.worker.waitUntilReady();
     void this.worker.startStalledCheckTimer();
-    this.lease.start();
+    void this.lease.start();
     const lockRenewal = setInterval(
       () => void this.extendLocks(),
       Math.max(100, Math.floor(this.deps.leaseTtlMs / 4)),

@@ -7,12 +7,18 @@ import { bullPriority, decodePoolStats, type JobPayload, type KeySpace } from '@
 import type { Redis } from '@sluice/redis';
 import { Queue } from 'bullmq';
 
-// Counts the pool's queued jobs (plain wait list + prioritised set) and answers -1 when the
-// bound is reached. Checked atomically per request; the add that follows is BullMQ's own
-// script, so N replicas racing in one burst can overshoot the bound by at most N - 1.
-const depthScript = `local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2])
+// Admission to the queue, exact across replicas and concurrent requests: counts the pool's
+// queued jobs (plain wait list + prioritised set) plus reservations of adds in progress,
+// and reserves a place when under the bound. The reservation is dropped once BullMQ's add
+// has returned (until then the job counts twice, which errs on the side of refusing) and
+// expires on its own if a gateway dies in between.
+const reserveScript = `redis.call('zremrangebyscore', KEYS[3], '-inf', ARGV[2])
+local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
 if n >= tonumber(ARGV[1]) then return -1 end
+redis.call('zadd', KEYS[3], ARGV[2] + ARGV[3], ARGV[4])
 return n`;
+
+const RESERVATION_MS = 10_000;
 
 const CACHE_MS = 1000;
 
@@ -20,6 +26,7 @@ export class PoolQueue {
   readonly queue: Queue;
   private readonly waitKey: string;
   private readonly prioritizedKey: string;
+  private readonly reservedKey: string;
   private leaderSeen = { value: false, until: 0 };
   private stats = { drainPerSecond: undefined as number | undefined, until: 0 };
   private lastQueued = 0;
@@ -36,6 +43,7 @@ export class PoolQueue {
     this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
     this.waitKey = `${keys.prefix}:${name}:wait`;
     this.prioritizedKey = `${keys.prefix}:${name}:prioritized`;
+    this.reservedKey = keys.admissions(pool.name);
   }
 
   /** True when a dispatcher holds this pool's lease (cached for a second). */
@@ -51,11 +59,15 @@ export class PoolQueue {
   async add(jobId: string, payload: JobPayload): Promise<boolean> {
     const queued = Number(
       await this.redis.eval(
-        depthScript,
-        2,
+        reserveScript,
+        3,
         this.waitKey,
         this.prioritizedKey,
+        this.reservedKey,
         String(this.pool.queueDepth),
+        String(this.now()),
+        String(RESERVATION_MS),
+        jobId,
       ),
     );
     if (queued < 0) {
@@ -63,14 +75,18 @@ export class PoolQueue {
       return false;
     }
     this.lastQueued = queued + 1;
-    await this.queue.add('completion', payload, {
-      jobId,
-      priority: bullPriority(payload.priority, this.maxPriority),
-      attempts: 1,
-      // Bodies are prompts: nothing stays in Redis once a request is answered.
-      removeOnComplete: true,
-      removeOnFail: true,
-    });
+    try {
+      await this.queue.add('completion', payload, {
+        jobId,
+        priority: bullPriority(payload.priority, this.maxPriority),
+        attempts: 1,
+        // Bodies are prompts: nothing stays in Redis once a request is answered.
+        removeOnComplete: true,
+        removeOnFail: true,
+      });
+    } finally {
+      this.redis.zrem(this.reservedKey, jobId).catch(() => {});
+    }
     return true;
   }
 

@@ -293,7 +293,11 @@ describe('peekRequest: syntax errors point at the byte', () => {
     ['{"model":"abc\\', 14, 'unexpected end of input, in a string escape'],
     ['{"model":"\\u12', 14, 'unexpected end of input, in a \\u escape'],
     ['{"model":"m"', 12, "unexpected end of input, expected ',' or '}' after an object member"],
-    ['{"model":"m","n":[1', 19, "unexpected end of input, expected ',' or ']'"],
+    [
+      '{"model":"m","n":[1',
+      19,
+      "unexpected end of input, expected ',' or ']' after an array element",
+    ],
     ['{"model":', 9, 'unexpected end of input, expected a value'],
     ['{', 1, `unexpected end of input, expected '"' to start an object key`],
   ])('%j → byte %i', (text, offset, detail) => {

@@ -9,6 +9,8 @@ export interface KeySpace {
   queueName(pool: string): string;
   /** Lease held by the one dispatcher allowed to release this pool's jobs. */
   lease(pool: string): string;
+  /** Sorted set of queue places reserved by gateways whose add is in progress. */
+  admissions(pool: string): string;
   /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
   poolStats(pool: string): string;
   /** Liveness key of a gateway replica, with a TTL. */
@@ -34,6 +36,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     prefix,
     queueName: (pool) => `pool-${part('pool', pool)}`,
     lease: (pool) => `${prefix}:lease:${part('pool', pool)}`,
+    admissions: (pool) => `${prefix}:admissions:${part('pool', pool)}`,
     poolStats: (pool) => `${prefix}:stats:${part('pool', pool)}`,
     replicaAlive: (replica) => `${prefix}:replica:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,

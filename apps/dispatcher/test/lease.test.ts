@@ -1,0 +1,79 @@
+// The lease against a real redis-server: one leader, renewal, loss, takeover.
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Lease } from '../src/lease.ts';
+
+let server: TestRedis;
+let redis: Redis;
+const leases: Lease[] = [];
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'test', role: 'command' });
+  await redisReady(redis);
+});
+afterEach(async () => {
+  await Promise.all(leases.splice(0).map((l) => l.stop()));
+  await redis.flushall();
+});
+afterAll(async () => {
+  await redis.quit();
+  await server.stop();
+});
+
+/** A lease whose transitions resolve promises, so tests wait for events, not time. */
+function lease(owner: string, ttlMs = 300) {
+  let onAcquired!: () => void;
+  let onLost!: () => void;
+  const acquired = new Promise<void>((r) => (onAcquired = r));
+  const lost = new Promise<void>((r) => (onLost = r));
+  const l = new Lease(
+    redis,
+    'lease:p',
+    owner,
+    ttlMs,
+    { acquired: () => onAcquired(), lost: () => onLost() },
+    () => {},
+  );
+  leases.push(l);
+  const firstAttempt = l.start();
+  return { lease: l, acquired, lost, firstAttempt };
+}
+
+describe('lease', () => {
+  it('makes exactly one of two contenders the leader', async () => {
+    const a = lease('a');
+    await a.acquired;
+    const b = lease('b');
+    await b.firstAttempt;
+    expect(a.lease.isLeader).toBe(true);
+    expect(b.lease.isLeader).toBe(false);
+    expect(await redis.get('lease:p')).toBe('a');
+    expect(await redis.pttl('lease:p')).toBeGreaterThan(0);
+  });
+
+  it('stops leading at once when another owner holds the key', async () => {
+    const a = lease('a');
+    await a.acquired;
+    await redis.set('lease:p', 'intruder', 'PX', 60_000);
+    await a.lost;
+    expect(a.lease.isLeader).toBe(false);
+  });
+
+  it('hands over to a standby once the leader stops renewing', async () => {
+    const a = lease('a');
+    await a.acquired;
+    const b = lease('b');
+    await a.lease.stop(); // releases the key: the standby takes it on its next poll
+    await b.acquired;
+    expect(await redis.get('lease:p')).toBe('b');
+  });
+
+  it('hands over after the TTL when the leader vanishes without releasing', async () => {
+    await redis.set('lease:p', 'dead-leader', 'PX', 300);
+    const b = lease('b');
+    await b.acquired;
+    expect(await redis.get('lease:p')).toBe('b');
+  });
+});

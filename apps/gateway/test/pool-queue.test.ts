@@ -1,0 +1,125 @@
+// The gateway's side of a pool against a real redis-server and BullMQ.
+import type { PoolConfig } from '@sluice/config';
+import { keySpace, type JobPayload } from '@sluice/protocol';
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { Worker } from 'bullmq';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { PoolQueue } from '../src/pool-queue.ts';
+
+let server: TestRedis;
+let redis: Redis;
+let bull: Redis;
+let queue: PoolQueue;
+const keys = keySpace('sluice');
+const pool: PoolConfig = {
+  name: 'p',
+  models: ['m'],
+  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1 }],
+  queueDepth: 3,
+  maxParkSeconds: 10,
+};
+
+const payload = (priority = 0): JobPayload => ({
+  v: 1,
+  body: '{}',
+  path: '/v1/completions',
+  stream: false,
+  replica: 'gw',
+  enqueuedAt: 0,
+  deadline: 1,
+  priority,
+});
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'cmd', role: 'command' });
+  bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
+  await Promise.all([redisReady(redis), redisReady(bull)]);
+  queue = new PoolQueue(pool, keys, redis, bull, 10, Date.now);
+});
+beforeEach(() => redis.flushall());
+afterAll(async () => {
+  await queue.close();
+  await Promise.all([redis.quit(), bull.quit()]);
+  await server.stop();
+});
+
+describe('pool queue (gateway side)', () => {
+  it('refuses the jobs that would exceed the depth bound, even when many arrive at once', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => queue.add(`j${i}`, payload(i % 3))),
+    );
+    expect(results.filter(Boolean)).toHaveLength(3);
+    expect(await queue.queue.count()).toBe(3);
+  });
+
+  it('removes a queued job, but not one a dispatcher has taken', async () => {
+    await queue.add('a', payload());
+    await queue.add('b', payload());
+    const worker = new Worker(keys.queueName('p'), null, {
+      connection: bull,
+      prefix: keys.prefix,
+      autorun: false,
+    });
+    const taken = await worker.getNextJob('tok', { block: false });
+    expect(taken?.id).toBe('a');
+    expect(await queue.removeQueued('a')).toBe(false);
+    expect(await queue.removeQueued('b')).toBe(true);
+    expect(await queue.queue.count()).toBe(0);
+    await worker.close();
+  });
+
+  it('serves higher priority first and FIFO within a priority', async () => {
+    const deep = new PoolQueue({ ...pool, queueDepth: 100 }, keys, redis, bull, 10, Date.now);
+    for (const [id, priority] of [
+      ['low1', 0],
+      ['high', 10],
+      ['low2', 0],
+      ['mid', 5],
+    ] as const)
+      expect(await deep.add(id, payload(priority))).toBe(true);
+    await deep.close();
+    const worker = new Worker(keys.queueName('p'), null, {
+      connection: bull,
+      prefix: keys.prefix,
+      autorun: false,
+    });
+    const order = [];
+    for (let i = 0; i < 4; i += 1)
+      order.push((await worker.getNextJob(`t${i}`, { block: false }))?.id);
+    expect(order).toEqual(['high', 'mid', 'low1', 'low2']);
+    await worker.close();
+  });
+
+  it('holds the bound across replicas adding at the same moment', async () => {
+    const replicas = [0, 1, 2].map(() => new PoolQueue(pool, keys, redis, bull, 10, Date.now));
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => replicas[i % 3]!.add(`x${i}`, payload())),
+    );
+    expect(results.filter(Boolean)).toHaveLength(3);
+    expect(await queue.queue.count()).toBe(3);
+    expect(await redis.zcard(keys.admissions('p'))).toBe(0);
+    await Promise.all(replicas.map((r) => r.close()));
+  });
+
+  it('knows whether a dispatcher leads the pool', async () => {
+    const fresh = new PoolQueue(pool, keys, redis, bull, 10, Date.now);
+    expect(await fresh.hasLeader()).toBe(false);
+    await redis.set(keys.lease('p'), 'd1');
+    const later = new PoolQueue(pool, keys, redis, bull, 10, Date.now);
+    expect(await later.hasLeader()).toBe(true);
+    await Promise.all([fresh.close(), later.close()]);
+  });
+
+  it('estimates Retry-After from the drain rate the leader published', async () => {
+    await redis.set(
+      keys.poolStats('p'),
+      JSON.stringify({ leader: 'd', at: 0, drainPerSecond: 0.5, engines: [] }),
+    );
+    for (let i = 0; i < 3; i += 1) await queue.add(`r${i}`, payload());
+    await queue.add('over', payload());
+    // 3 queued ahead + this one, at 0.5 per second: 8 s.
+    expect(await queue.retryAfter()).toBe(8);
+  });
+});

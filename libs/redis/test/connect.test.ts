@@ -1,0 +1,33 @@
+import { startRedis } from '@sluice/test/support';
+import { describe, expect, it } from 'vitest';
+import { createRedis, redisHealthy, redisReady } from '../src/connect.ts';
+
+describe('redis connections', () => {
+  it('connects, reports healthy, and reports unhealthy once the server is gone', async () => {
+    const server = await startRedis();
+    const redis = createRedis(server.url, { name: 'sluice:test:1:command', role: 'command' });
+    redis.on('error', () => {});
+    await redisReady(redis);
+    expect(await redisHealthy(redis)).toBe(true);
+    expect(await redis.client('GETNAME')).toBe('sluice:test:1:command');
+    await server.stop();
+    expect(await redisHealthy(redis, 200)).toBe(false);
+    redis.disconnect();
+  });
+
+  it('gives BullMQ connections no per-request retry limit, as BullMQ requires', () => {
+    const redis = createRedis('redis://127.0.0.1:1', { name: 'x', role: 'bullmq' });
+    redis.on('error', () => {});
+    expect(redis.options.maxRetriesPerRequest).toBeNull();
+    redis.disconnect();
+  });
+
+  it('names the address when Redis cannot be reached in time', async () => {
+    const redis = createRedis('redis://127.0.0.1:1', { name: 'x', role: 'command' });
+    redis.on('error', () => {});
+    await expect(redisReady(redis, 200)).rejects.toThrow(
+      'Redis at 127.0.0.1:1 not reachable within 200 ms',
+    );
+    redis.disconnect();
+  });
+});
