@@ -26,7 +26,9 @@ describe('metric definitions', () => {
   it('times in seconds: histogram names end in _seconds', async () => {
     const registry = new Registry();
     gatewayMetrics(registry);
-    const histograms = (await registry.getMetricsAsJSON()).filter((m) => m.type === 'histogram');
+    const histograms = (await registry.getMetricsAsJSON()).filter(
+      (m) => String(m.type) === 'histogram',
+    );
     for (const h of histograms) expect(h.name).toMatch(/_seconds$/);
   });
 });
