@@ -14,6 +14,9 @@ import {
 
 let redis: TestRedis;
 let sim: TestEngineSim;
+/** Parks for 1 s: for the park-timeout tests. */
+let impatient: SluiceProcess;
+/** Parks for the default 120 s: queued clients stay queued until the test moves on. */
 let gateway: SluiceProcess;
 let dispatcher: SluiceProcess;
 let client: Redis;
@@ -37,17 +40,18 @@ beforeAll(async () => {
     VLLM_MODEL: 'm',
     ADMISSION_MAX_INFLIGHT: '2',
     VLLM_MAX_QUEUE_DEPTH: '3',
-    ADMISSION_MAX_PARK_SECONDS: '1',
     SSE_HEARTBEAT_SECONDS: '0.1',
   };
   dispatcher = await startDispatcher(env);
   gateway = await startGateway(env);
+  impatient = await startGateway({ ...env, ADMISSION_MAX_PARK_SECONDS: '1' });
   client = new Redis(redis.url);
 });
 
 afterAll(async () => {
   await client?.quit();
   await gateway?.stop();
+  await impatient?.stop();
   await dispatcher?.stop();
   await sim?.stop();
   await redis?.stop();
@@ -57,13 +61,28 @@ const queued = async () =>
   (await client.llen('sluice:pool-default:wait')) +
   (await client.zcard('sluice:pool-default:prioritized'));
 
-function chat(content: string, extra: Record<string, unknown> = {}, signal?: AbortSignal) {
-  return fetch(`${gateway.url}/v1/chat/completions`, {
+function chat(
+  content: string,
+  extra: Record<string, unknown> = {},
+  signal?: AbortSignal,
+  via = gateway,
+) {
+  return fetch(`${via.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
     signal,
   });
+}
+
+/** Runs `test` while two endless streams hold both engine slots; frees them whatever happens. */
+async function withCapFull(test: () => Promise<void>) {
+  const free = await fillCap();
+  try {
+    await test();
+  } finally {
+    await free();
+  }
 }
 
 /** Two endless streams that hold both slots until aborted. */
@@ -105,12 +124,17 @@ async function readEvents(res: Response, until: (text: string) => boolean): Prom
 describe('waiting clients', () => {
   it('a streaming client parked for 3 heartbeat periods receives 3 keep-alives before its first token', async () => {
     const free = await fillCap();
-    const res = await chat('parked stream', { stream: true, max_tokens: 3 });
+    const res = await chat('parked stream', { stream: true, max_tokens: 3 }).catch(
+      async (err: unknown) => {
+        await free();
+        throw err;
+      },
+    );
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
     const early = await readEvents(res, (t) => (t.match(/: keep-alive\n\n/g) ?? []).length >= 3);
-    expect(early).not.toContain('data:');
     await free();
+    expect(early).not.toContain('data:');
     const rest = await readEvents(res, (t) => t.includes('data: [DONE]'));
     const all = early + rest;
     const firstData = all.indexOf('data:');
@@ -121,65 +145,69 @@ describe('waiting clients', () => {
   });
 
   it('gives 503 park_timeout with Retry-After to a client still queued after ADMISSION_MAX_PARK_SECONDS, and removes its job', async () => {
-    const free = await fillCap();
-    const res = await chat('will time out');
-    expect(res.status).toBe(503);
-    expect(res.headers.get('x-sluice-reject-reason')).toBe('park_timeout');
-    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-    const body = (await res.json()) as { error: { code: string; message: string } };
-    expect(body.error.code).toBe('park_timeout');
-    expect(await queued()).toBe(0);
-    await free();
+    await withCapFull(async () => {
+      const res = await chat('will time out', {}, undefined, impatient);
+      expect(res.status).toBe(503);
+      expect(res.headers.get('x-sluice-reject-reason')).toBe('park_timeout');
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      const body = (await res.json()) as { error: { code: string; message: string } };
+      expect(body.error.code).toBe('park_timeout');
+      expect(await queued()).toBe(0);
+    });
   });
 
   it('delivers a park timeout in-band to a streaming client whose headers went out with a keep-alive', async () => {
-    const free = await fillCap();
-    const res = await chat('stream will time out', { stream: true });
-    expect(res.status).toBe(200);
-    const text = await res.text();
-    expect(text).toContain(': keep-alive');
-    expect(text).toMatch(
-      /data: \{"error":\{"message":"no capacity within 1 s; retry later","type":"server_error","param":null,"code":"park_timeout"\}\}\n\n$/,
-    );
-    await free();
+    await withCapFull(async () => {
+      const res = await chat('stream will time out', { stream: true }, undefined, impatient);
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      expect(text).toContain(': keep-alive');
+      expect(text).toMatch(
+        /data: \{"error":\{"message":"no capacity within 1 s; retry later","type":"server_error","param":null,"code":"park_timeout"\}\}\n\n$/,
+      );
+    });
   });
 
   it('refuses at once with 503 queue_full when VLLM_MAX_QUEUE_DEPTH requests are queued', async () => {
-    const free = await fillCap();
-    const controller = new AbortController();
-    const waiting = [0, 1, 2].map((i) =>
-      chat(`queued ${i}`, {}, controller.signal).catch(() => undefined),
-    );
-    await eventually(async () => ((await queued()) === 3 ? true : undefined), 'three queued jobs');
-    const res = await chat('one too many');
-    expect(res.status).toBe(503);
-    expect(res.headers.get('x-sluice-reject-reason')).toBe('queue_full');
-    expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
-    controller.abort();
-    await Promise.all(waiting);
-    await eventually(
-      async () => ((await queued()) === 0 ? true : undefined),
-      'aborted clients to leave the queue',
-    );
-    await free();
+    await withCapFull(async () => {
+      const controller = new AbortController();
+      const waiting = [0, 1, 2].map((i) =>
+        chat(`queued ${i}`, {}, controller.signal).catch(() => undefined),
+      );
+      await eventually(
+        async () => ((await queued()) === 3 ? true : undefined),
+        'three queued jobs',
+      );
+      const res = await chat('one too many');
+      expect(res.status).toBe(503);
+      expect(res.headers.get('x-sluice-reject-reason')).toBe('queue_full');
+      expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
+      controller.abort();
+      await Promise.all(waiting);
+      await eventually(
+        async () => ((await queued()) === 0 ? true : undefined),
+        'aborted clients to leave the queue',
+      );
+    });
   });
 
   it('a client that disconnects while queued never reaches the engine', async () => {
-    const free = await fillCap();
-    const before = (await sim.state()).receivedTotal as number;
-    const controller = new AbortController();
-    const pending = chat('never runs', {}, controller.signal).catch(() => undefined);
-    await eventually(
-      async () => ((await queued()) === 1 ? true : undefined),
-      'the job to be queued',
-    );
-    controller.abort();
-    await pending;
-    await eventually(
-      async () => ((await queued()) === 0 ? true : undefined),
-      'the job to be removed',
-    );
-    await free();
+    let before = 0;
+    await withCapFull(async () => {
+      before = (await sim.state()).receivedTotal as number;
+      const controller = new AbortController();
+      const pending = chat('never runs', {}, controller.signal).catch(() => undefined);
+      await eventually(
+        async () => ((await queued()) === 1 ? true : undefined),
+        'the job to be queued',
+      );
+      controller.abort();
+      await pending;
+      await eventually(
+        async () => ((await queued()) === 0 ? true : undefined),
+        'the job to be removed',
+      );
+    });
     // A request sent now runs; the abandoned one never did.
     expect((await chat('runs', { max_tokens: 2 })).status).toBe(200);
     expect((await sim.state()).receivedTotal).toBe(before + 1);

@@ -8,11 +8,14 @@ import type { Redis } from '@sluice/redis';
 import { Queue } from 'bullmq';
 
 // Admission to the queue, exact across replicas and concurrent requests: counts the pool's
-// queued jobs (plain wait list + prioritised set) plus reservations of adds in progress,
-// and reserves a place when under the bound. The reservation is dropped once BullMQ's add
-// has returned (until then the job counts twice, which errs on the side of refusing) and
-// expires on its own if a gateway dies in between.
+// queued jobs (plain wait list + prioritised set) plus the places reserved by adds still in
+// progress, and reserves a place when under the bound. A reservation whose job already
+// exists is dropped on the spot (the job is counted in the queue, or has left it), so a
+// place is never counted twice; one whose gateway died mid-add expires on its own.
 const reserveScript = `redis.call('zremrangebyscore', KEYS[3], '-inf', ARGV[2])
+for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+  if redis.call('exists', ARGV[5] .. id) == 1 then redis.call('zrem', KEYS[3], id) end
+end
 local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
 if n >= tonumber(ARGV[1]) then return -1 end
 redis.call('zadd', KEYS[3], ARGV[2] + ARGV[3], ARGV[4])
@@ -27,6 +30,7 @@ export class PoolQueue {
   private readonly waitKey: string;
   private readonly prioritizedKey: string;
   private readonly reservedKey: string;
+  private readonly jobKeyPrefix: string;
   private leaderSeen = { value: false, until: 0 };
   private stats = { drainPerSecond: undefined as number | undefined, until: 0 };
   private lastQueued = 0;
@@ -44,6 +48,7 @@ export class PoolQueue {
     this.waitKey = `${keys.prefix}:${name}:wait`;
     this.prioritizedKey = `${keys.prefix}:${name}:prioritized`;
     this.reservedKey = keys.admissions(pool.name);
+    this.jobKeyPrefix = `${keys.prefix}:${name}:`;
   }
 
   /** True when a dispatcher holds this pool's lease (cached for a second). */
@@ -68,6 +73,7 @@ export class PoolQueue {
         String(this.now()),
         String(RESERVATION_MS),
         jobId,
+        this.jobKeyPrefix,
       ),
     );
     if (queued < 0) {

@@ -133,6 +133,20 @@ describe('peekRequest: model', () => {
     }
   });
 
+  it('decodes invalid UTF-8 in model to U+FFFD, as Buffer#toString does', () => {
+    for (const raw of [
+      [0xc3, 0x28],
+      [0xe4, 0xb8],
+      [0xff],
+      [0xed, 0xa0, 0x80],
+      [0xf0, 0x9f, 0x98],
+    ]) {
+      const body = Buffer.concat([bytes('{"model":"a'), Buffer.from(raw), bytes('\\n"}')]);
+      expect(peekRequest(body).model).toBe(JSON.parse(body.toString()).model);
+      expect(peekRequest(body).model).toContain('\uFFFD');
+    }
+  });
+
   it('is required', () => {
     const error = peekError('{"messages":[]}');
     expect(error.code).toBe('ERR_FIELD');
