@@ -44,6 +44,22 @@ describe('sluice command', () => {
     ]);
   });
 
+  it.each(['gateway', 'dispatcher'])(
+    'stops %s on a bad variable with one line naming it and exit 2',
+    async (command) => {
+      const { code, stderr } = await run(process.execPath, [sluiceBin, command], {
+        env: { ...process.env, ADMISSION_KV_THRESHOLD: '1.5', VLLM_URL: 'http://127.0.0.1:1' },
+      }).then(
+        () => ({ code: 0, stderr: '' }),
+        (err: { code: number; stderr: string }) => err,
+      );
+      expect(code).toBe(2);
+      expect(stderr.trim().split('\n')).toEqual([
+        `sluice ${command}: ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number from 0 to 1`,
+      ]);
+    },
+  );
+
   it('up starts redis-server, the simulator, two gateways and two dispatchers, serves through them, and stops everything on SIGTERM', async () => {
     const [redisPort, enginePort] = [await freePort(), await freePort()];
     const up = await startProcess({

@@ -9,7 +9,7 @@ import {
 } from '@sluice/observability';
 import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
 import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
-import Fastify from 'fastify';
+import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
 import { RelayHub } from './relay.js';

@@ -186,8 +186,9 @@ export class HeldRequest {
       clearInterval(this.heartbeatTimer);
       this.hooks.onFirstByte(this);
     }
-    this.res.write(chunk);
-    if (this.res.writableLength > this.hooks.slowClientBytes) {
+    // Only a client that does not drain counts as slow: write() says so once the socket's
+    // buffer is full, and from then on what piles up here is bounded by the limit.
+    if (!this.res.write(chunk) && this.res.writableLength > this.hooks.slowClientBytes) {
       this.hooks.cancel(this.jobId, 'slow_client');
       this.hooks.onRefused(this, refusal('slow_client', 'client reads too slowly'));
       this.res.destroy();

@@ -10,7 +10,7 @@ import {
 import { peekRequest, RequestPeekError } from '@sluice/openai';
 import { encodeCancel, keySpace, type CompletionPath, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
-import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import { discoverModels } from './discovery.js';
 import { HeldRequest, type HeldRequestHooks } from './held-request.js';
 import { Passthrough } from './passthrough.js';
@@ -30,6 +30,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const { limits } = loaded;
   const app = Fastify({
     logger: loggerOptions(loaded.logLevel, 'gateway'),
+    // Per-request logs would cost more than the request itself on the hot path.
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: limits.maxBodyBytes,
   });
   const log = app.log;

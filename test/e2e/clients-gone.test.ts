@@ -1,0 +1,156 @@
+// Clients that cannot be served any more: a reader too slow to keep up, and a gateway
+// replica that died with requests still queued.
+import { connect } from 'node:net';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  eventually,
+  startDispatcher,
+  startEngineSim,
+  startGateway,
+  startRedis,
+  type SluiceProcess,
+  type TestEngineSim,
+  type TestRedis,
+} from '../support/index.ts';
+
+let redis: TestRedis;
+let sim: TestEngineSim;
+let dispatcher: SluiceProcess;
+let env: Record<string, string>;
+let client: Redis;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  sim = await startEngineSim(['--profile', 'instant', '--model', 'm', '--max-num-seqs', '64']);
+  env = {
+    REDIS_URL: redis.url,
+    VLLM_URL: sim.url,
+    VLLM_MODEL: 'm',
+    ADMISSION_MAX_INFLIGHT: '2',
+    SLUICE_REPLICA_TTL_MS: '500',
+  };
+  dispatcher = await startDispatcher(env);
+  client = new Redis(redis.url);
+});
+
+afterAll(async () => {
+  await client?.quit();
+  await dispatcher?.stop();
+  await sim?.stop();
+  await redis?.stop();
+});
+
+const metric = async (url: string, name: string, reason: string) => {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith(`${name}{`) && l.includes(`reason="${reason}"`));
+  return line ? Number(line.split(' ').pop()) : 0;
+};
+
+function chat(
+  base: string,
+  content: string,
+  extra: Record<string, unknown> = {},
+  signal?: AbortSignal,
+) {
+  return fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
+    signal,
+  });
+}
+
+describe('clients that are gone', () => {
+  it('cancels a stream whose client stops reading once SLUICE_SLOW_CLIENT_BYTES are buffered, and frees the engine', async () => {
+    const gateway = await startGateway({ ...env, SLUICE_SLOW_CLIENT_BYTES: '1024' });
+    try {
+      const { port } = new URL(gateway.url);
+      const body = JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'flood' }],
+        max_tokens: 130_000,
+        ignore_eos: true,
+        stream: true,
+      });
+      const socket = connect(Number(port), '127.0.0.1');
+      await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+      socket.write(
+        `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
+      socket.pause(); // never read: the kernel buffers fill, then the gateway's
+      await eventually(
+        async () =>
+          (await metric(gateway.url, 'sluice_rejected_total', 'slow_client')) === 1
+            ? true
+            : undefined,
+        'the slow client to be cut off',
+        30_000,
+      );
+      await eventually(
+        async () => ((await sim.state()).running === 0 ? true : undefined),
+        'the engine to drop the sequence',
+      );
+      socket.destroy();
+    } finally {
+      await gateway.stop();
+    }
+  });
+
+  it('drops jobs whose gateway replica died instead of running them for nobody', async () => {
+    const [doomed, survivor] = await Promise.all([startGateway(env), startGateway(env)]);
+    try {
+      const before = (await sim.state()).receivedTotal as number;
+      // Two endless streams through the surviving replica hold both slots.
+      const controller = new AbortController();
+      const blockers = await Promise.all(
+        [0, 1].map((i) =>
+          chat(
+            survivor.url,
+            `blocker ${i}`,
+            { stream: true, max_tokens: 130_000, ignore_eos: true },
+            controller.signal,
+          ),
+        ),
+      );
+      await Promise.all(blockers.map((r) => r.body!.getReader().read()));
+      // Two requests wait in the queue on the replica that is about to die.
+      const orphans = [0, 1].map((i) => chat(doomed.url, `orphan ${i}`).catch(() => undefined));
+      const queued = async () =>
+        (await client.llen('sluice:pool-default:wait')) +
+        (await client.zcard('sluice:pool-default:prioritized'));
+      await eventually(
+        async () => ((await queued()) === 2 ? true : undefined),
+        'two queued orphans',
+      );
+      await doomed.stop('SIGKILL');
+      await Promise.all(orphans);
+      await eventually(
+        async () =>
+          (await client.exists(
+            `sluice:replica:${doomed.process.ready.input?.match(/"replica":"([^"]+)"/)?.[1]}`,
+          )) === 0
+            ? true
+            : undefined,
+        'the dead replica liveness key to expire',
+      );
+      controller.abort();
+      await eventually(
+        async () => ((await queued()) === 0 ? true : undefined),
+        'the orphans to be taken and dropped',
+      );
+      await eventually(
+        async () =>
+          (await metric(dispatcher.url, 'sluice_skipped_total', 'client_gone')) === 2
+            ? true
+            : undefined,
+        'two jobs skipped as client_gone',
+      );
+      expect((await sim.state()).receivedTotal).toBe(before + 2); // the blockers only
+    } finally {
+      await Promise.all([doomed.stop(), survivor.stop()]);
+    }
+  });
+});
