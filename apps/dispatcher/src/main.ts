@@ -25,7 +25,10 @@ export interface Dispatcher {
 
 export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher> {
   const id = config.dispatcher.id ?? `dispatcher-${randomUUID().slice(0, 8)}`;
-  const app = Fastify({ logger: loggerOptions(config.logLevel, 'dispatcher') });
+  const app = Fastify({
+    logger: loggerOptions(config.logLevel, 'dispatcher'),
+    logController: new LogController({ disableRequestLogging: true }),
+  });
   const log = app.log;
   if (config.pools.length === 0)
     throw new ConfigError(
