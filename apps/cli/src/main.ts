@@ -9,7 +9,7 @@ Commands:
   engine-sim   run the vLLM engine simulator (sluice engine-sim --help)
   gateway      run one gateway replica (configured by the environment; see README)
   dispatcher   run a dispatcher: leads or stands by for every pool
-  status       print queue and engine state       (not built yet)
+  status       print each pool's queue, in-flight/cap, gate and engine gauges (--json)
 `;
 
 async function main(argv: string[]): Promise<void> {
@@ -31,10 +31,10 @@ async function main(argv: string[]): Promise<void> {
       const { runDispatcher } = await import('@sluice/dispatcher');
       return runDispatcher();
     }
-    case 'status':
-      process.stderr.write(`sluice status: not built yet (issue "The engine's own gauges")\n`);
-      process.exitCode = 2;
-      return;
+    case 'status': {
+      const { runStatus } = await import('./status.js');
+      return runStatus(rest);
+    }
     case undefined:
     case '--help':
     case '-h':

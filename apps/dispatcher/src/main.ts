@@ -11,6 +11,7 @@ import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
 import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
+import { startGpu } from './gpu.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
 import { RelayHub } from './relay.js';
 import { ReplicaLiveness } from './replicas.js';
@@ -99,6 +100,17 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
           headersTimeoutMs: config.engine.headersTimeoutMs,
           bodyTimeoutMs: config.engine.bodyTimeoutMs,
         },
+        policy: {
+          kvThreshold: config.admission.kvThreshold,
+          failMode: config.admission.failMode,
+          // Gauges older than the observer's stale window count as stale even before it flips.
+          maxGaugeAgeMs: config.engine.scrapeIntervalMs * (config.engine.staleAfterFailures + 1),
+        },
+        scrape: {
+          intervalMs: config.engine.scrapeIntervalMs,
+          staleAfterFailures: config.engine.staleAfterFailures,
+        },
+        maxInflightSource: config.maxInflightSource,
         log,
         now,
       }),
@@ -115,6 +127,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
   });
 
+  const gpu = await startGpu(config.gpu, metrics, () => pools.forEach((p) => p.poke()), log);
   await Promise.all(pools.map((p) => p.start()));
   const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
   log.info(
@@ -136,6 +149,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     async close() {
       clearInterval(pruneCancels);
       await Promise.all(pools.map((p) => p.close()));
+      await gpu?.stop();
       hub.stop();
       await app.close();
       await Promise.all(

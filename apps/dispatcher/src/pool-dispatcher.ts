@@ -4,8 +4,20 @@
 // while the gate admits). In-flight is counted here, synchronously, before any await, so
 // the cap is exact; the queue's BullMQ global concurrency is set to the pool's total cap
 // as a Redis-enforced backstop against two processes that both believe they lead.
-import { gateDecision, pickEngine, smoothRate, type EngineView } from '@sluice/admission';
-import type { PoolConfig } from '@sluice/config';
+import {
+  bypassTraffic,
+  gateDecision,
+  pickEngine,
+  smoothRate,
+  type EngineView,
+  type GatePolicy,
+} from '@sluice/admission';
+import type { MaxInflightSource, PoolConfig } from '@sluice/config';
+import {
+  createEngineObserver,
+  type EngineObserver,
+  type ObservedEngine,
+} from '@sluice/engine-metrics';
 import type { DispatcherMetrics } from '@sluice/observability';
 import {
   encodePoolStats,
@@ -35,6 +47,10 @@ export interface PoolDispatcherDeps {
   metrics: DispatcherMetrics;
   leaseTtlMs: number;
   timeouts: EngineTimeouts;
+  /** Gauge conditions of the gate (KV threshold, fail mode, freshness). */
+  policy: GatePolicy;
+  scrape: { intervalMs: number; staleAfterFailures: number };
+  maxInflightSource: MaxInflightSource;
   log: {
     info(o: object, m: string): void;
     warn(o: object, m: string): void;
@@ -45,6 +61,10 @@ export interface PoolDispatcherDeps {
 
 interface EngineSlot extends EngineView {
   client: EngineClient;
+  observer: EngineObserver;
+  /** The observed state behind `gauges` and `health`. */
+  observed?: ObservedEngine;
+  degraded: boolean;
 }
 
 export class PoolDispatcher {
@@ -87,8 +107,20 @@ export class PoolDispatcher {
       name: config.name,
       inflight: 0,
       cap: config.maxInflight,
+      health: 'unknown' as const,
+      degraded: false,
       client: new EngineClient(config, deps.timeouts),
+      observer: createEngineObserver({
+        name: config.name,
+        url: config.url,
+        intervalMs: deps.scrape.intervalMs,
+        staleAfterFailures: deps.scrape.staleAfterFailures,
+        ...(config.apiKey ? { apiKey: config.apiKey } : {}),
+        now: deps.now,
+      }),
     }));
+    for (const engine of this.engines)
+      engine.observer.on('change', (state) => this.observed(engine, state));
     for (const e of this.engines)
       deps.metrics.inflightLimit.set({ pool: pool.name, engine: e.name }, e.cap);
     this.lease = new Lease(
@@ -111,6 +143,8 @@ export class PoolDispatcher {
   }
 
   async start(): Promise<void> {
+    // Scrape every engine once before contending for the lease: no ungated first interval.
+    await Promise.all(this.engines.map((e) => e.observer.start()));
     await this.worker.waitUntilReady();
     void this.worker.startStalledCheckTimer();
     void this.lease.start();
@@ -130,7 +164,7 @@ export class PoolDispatcher {
     await this.worker.close(true);
     await this.loopRunning;
     await this.queue.close();
-    await Promise.all(this.engines.map((e) => e.client.close()));
+    await Promise.all(this.engines.map((e) => Promise.all([e.client.close(), e.observer.stop()])));
   }
 
   private onAcquired(): void {
@@ -166,17 +200,11 @@ export class PoolDispatcher {
     const poolLabel = { pool: this.pool.name };
     let gateWasOpen = true;
     while (this.lease.isLeader && !this.closing) {
-      const index = pickEngine(this.engines);
+      const index = pickEngine(this.engines, this.deps.policy, this.deps.now());
       const open = index !== -1;
       if (open !== gateWasOpen) {
         metrics.gateOpen.set(poolLabel, open ? 1 : 0);
-        if (!open) {
-          const reason = gateDecision(this.engines[0]!);
-          metrics.gateClosed.inc({
-            ...poolLabel,
-            reason: reason.admit ? 'unknown' : reason.reason,
-          });
-        }
+        if (!open) metrics.gateClosed.inc({ ...poolLabel, reason: this.closedReason() });
         gateWasOpen = open;
       }
       if (!open) {
@@ -199,7 +227,7 @@ export class PoolDispatcher {
         await job.moveToWait(token).catch(() => {});
         break;
       }
-      const chosen = pickEngine(this.engines);
+      const chosen = pickEngine(this.engines, this.deps.policy, this.deps.now());
       if (chosen === -1) {
         await job.moveToWait(token).catch(() => {});
         continue;
@@ -242,9 +270,10 @@ export class PoolDispatcher {
       metrics.skipped.inc({ pool, reason });
       await job.moveToFailed(new Error(reason), token, false).catch(() => {});
     };
-    // A job taken before (its dispatcher died and the stalled check moved it back, with a
-    // deferred failure in BullMQ 6) may have run partly: it is failed, never run twice.
-    if (job.deferredFailure || job.attemptsStarted > 1) return skip('stalled');
+    // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
+    // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
+    // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
+    if (job.deferredFailure) return skip('stalled');
     if (payload.deadline < now()) return skip('past_deadline');
     if (!(await this.deps.replicas.isAlive(payload.replica))) return skip('client_gone');
     const controller = cancels.register(jobId);
@@ -266,6 +295,80 @@ export class PoolDispatcher {
     else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});
   }
 
+  /** Wakes the release loop: a scrape, a GPU reading or a completion changed the picture. */
+  poke(): void {
+    this.wake?.();
+  }
+
+  /** Why the gate is closed, as the first engine's decision says. */
+  private closedReason(): string {
+    const decision = gateDecision(this.engines[0]!, this.deps.policy, this.deps.now());
+    return decision.admit ? 'unknown' : decision.reason;
+  }
+
+  private observed(engine: EngineSlot, state: ObservedEngine): void {
+    const { metrics, log } = this.deps;
+    const labels = { pool: this.pool.name, engine: engine.name };
+    const previous = engine.observed;
+    engine.observed = state;
+    engine.health = state.health;
+    if (state.vllm && state.scrapedAt !== undefined && state.scrapedAt !== previous?.scrapedAt) {
+      // The broker's own in-flight count at the scrape, so its requests are not counted
+      // twice when the gate estimates the traffic that bypassed it.
+      engine.gauges = {
+        running: state.vllm.running,
+        waiting: state.vllm.waiting,
+        kvUsage: state.vllm.kvUsage,
+        at: state.scrapedAt,
+        inflightAtScrape: engine.inflight,
+      };
+      metrics.engineRunning.set(labels, state.vllm.running);
+      metrics.engineWaiting.set(labels, state.vllm.waiting);
+      metrics.engineKvUsage.set(labels, state.vllm.kvUsage);
+      metrics.engineBypass.set(labels, bypassTraffic(engine.gauges));
+      metrics.engineLastScrape.set(labels, state.scrapedAt / 1000);
+      this.checkMaxNumSeqs(engine, state.vllm.maxNumSeqs);
+    }
+    metrics.engineUp.set(labels, state.health === 'healthy' ? 1 : 0);
+    if (previous && state.staleTransitions > previous.staleTransitions) {
+      metrics.engineStale.inc(labels, state.staleTransitions - previous.staleTransitions);
+      log.warn(
+        { ...labels, failures: state.consecutiveFailures, err: state.lastError },
+        'engine state stale: gauge conditions now follow ADMISSION_FAIL_MODE',
+      );
+    }
+    if (state.degraded !== engine.degraded) {
+      engine.degraded = state.degraded;
+      metrics.observerDegraded.set(labels, state.degraded ? 1 : 0);
+      if (state.degraded)
+        log.error(
+          { ...labels, err: state.lastError },
+          'engine /metrics answers but does not look like vLLM: gating on the in-flight cap only',
+        );
+    }
+    this.wake?.();
+  }
+
+  /** The cap follows the engine's own --max-num-seqs where the engine exports it. */
+  private checkMaxNumSeqs(engine: EngineSlot, maxNumSeqs: number | undefined): void {
+    if (maxNumSeqs === undefined || maxNumSeqs === engine.cap) return;
+    const labels = { pool: this.pool.name, engine: engine.name };
+    if (this.deps.maxInflightSource === 'default') {
+      this.deps.log.warn(
+        { ...labels, from: engine.cap, to: maxNumSeqs },
+        "cap set from the engine's max_num_seqs",
+      );
+      engine.cap = maxNumSeqs;
+      this.deps.metrics.inflightLimit.set(labels, engine.cap);
+      if (this.lease.isLeader) void this.queue.setGlobalConcurrency(this.totalCap).catch(() => {});
+    } else {
+      this.deps.log.error(
+        { ...labels, cap: engine.cap, maxNumSeqs },
+        "ADMISSION_MAX_INFLIGHT differs from the engine's max_num_seqs: the cap is not the engine's",
+      );
+    }
+  }
+
   private async extendLocks(): Promise<void> {
     if (this.inflightJobs.size === 0) return;
     const ids: string[] = [];
@@ -285,6 +388,11 @@ export class PoolDispatcher {
     const pool = this.pool.name;
     try {
       const counts = await this.queue.getJobCounts('wait', 'prioritized', 'active');
+      const queue = {
+        wait: counts['wait'] ?? 0,
+        prioritized: counts['prioritized'] ?? 0,
+        active: counts['active'] ?? 0,
+      };
       for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
       if (!this.lease.isLeader) return;
       this.drainPerSecond = smoothRate(
@@ -298,7 +406,26 @@ export class PoolDispatcher {
         leader: this.deps.id,
         at,
         drainPerSecond: this.drainPerSecond,
-        engines: this.engines.map((e) => ({ name: e.name, inflight: e.inflight, cap: e.cap })),
+        queue,
+        engines: this.engines.map((e) => {
+          const decision = gateDecision(e, this.deps.policy, at);
+          return {
+            name: e.name,
+            inflight: e.inflight,
+            cap: e.cap,
+            open: decision.admit,
+            ...(decision.admit ? {} : { reason: decision.reason }),
+            health: e.health ?? 'unknown',
+            ...(e.gauges
+              ? {
+                  running: e.gauges.running,
+                  waiting: e.gauges.waiting,
+                  kvUsage: e.gauges.kvUsage,
+                  scrapedAt: e.gauges.at,
+                }
+              : {}),
+          };
+        }),
       });
       await redis.set(keys.poolStats(pool), stats, 'PX', 5000);
     } catch (err) {

@@ -1,9 +1,48 @@
 // The gate: may the dispatcher release one more job to this engine now?
-// Pure: everything it looks at comes in as arguments. The engine-gauge conditions of
-// DESIGN's policy (traffic that bypassed the broker, KV usage, fail mode) extend
-// `EngineView` and `gateDecision` in the observer issue; the in-flight cap never relaxes.
+// Pure: everything it looks at comes in as arguments, time included (`now`).
+//
+// DESIGN's policy, admit only if all hold:
+//   1. in-flight < cap                          -- never relaxes;
+//   2. in-flight + bypass < cap                 -- engine gauge condition;
+//   3. KV usage < kvThreshold                   -- engine gauge condition;
+//   4. when the engine state is unknown or stale, the gauge conditions (2, 3) follow the
+//      fail mode: skipped with 'open', the engine refused with 'closed'.
+//
+// Bypass traffic is what the engine runs or queues that this dispatcher did not send:
+// running + waiting at the scrape, minus what the dispatcher had in flight at that same
+// moment (so its own requests are not counted twice), floored at 0. It is combined with
+// the CURRENT in-flight count, so the dispatcher's own releases and completions since the
+// scrape are exact; only the bypass estimate lags, by up to one scrape interval (see the
+// README for the direction of the error).
 
-export type GateReason = 'inflight_cap';
+export type GateReason =
+  /** The dispatcher's own in-flight count is at the cap. Never relaxes. */
+  | 'inflight_cap'
+  /** In-flight plus traffic that bypassed the broker is at the cap (fresh gauges). */
+  | 'engine_busy'
+  /** Fresh KV-cache usage is at or above the threshold. */
+  | 'kv_pressure'
+  /** Fail mode 'closed' and the engine state is unknown or stale. */
+  | 'engine_stale';
+
+/** One scrape of the engine's `/metrics`, as the observer read it. */
+export interface EngineGauges {
+  /** Requests the engine is running (`vllm:num_requests_running`). */
+  running: number;
+  /** Requests the engine has queued (`vllm:num_requests_waiting`). */
+  waiting: number;
+  /** KV-cache usage, 0..1. */
+  kvUsage: number;
+  /** Unix ms of the scrape. */
+  at: number;
+  /**
+   * This dispatcher's in-flight count on the engine at the moment of that scrape, so the
+   * broker's own requests are not counted twice.
+   */
+  inflightAtScrape: number;
+}
+
+export type EngineHealth = 'unknown' | 'healthy' | 'stale';
 
 export interface EngineView {
   name: string;
@@ -11,32 +50,143 @@ export interface EngineView {
   inflight: number;
   /** Hard cap per engine (ADMISSION_MAX_INFLIGHT). */
   cap: number;
+  /** The last good scrape, if any. */
+  gauges?: EngineGauges;
+  /**
+   * The observer's verdict. Absent with gauges present counts as healthy (the age of the
+   * gauges still applies); 'unknown' or 'stale' make the state unusable whatever the gauges.
+   */
+  health?: EngineHealth;
+}
+
+export interface GatePolicy {
+  /** ADMISSION_KV_THRESHOLD: the gate closes at or above this KV usage (0..1). */
+  kvThreshold: number;
+  /** ADMISSION_FAIL_MODE: what the gauge conditions do when the state is unknown/stale. */
+  failMode: 'open' | 'closed';
+  /** Gauges older than this count as stale even if the observer has not flipped yet. */
+  maxGaugeAgeMs: number;
 }
 
 export type GateDecision = { admit: true } | { admit: false; reason: GateReason };
 
 const open: GateDecision = { admit: true };
-const atCap: GateDecision = { admit: false, reason: 'inflight_cap' };
+const refuse = {
+  inflight_cap: { admit: false, reason: 'inflight_cap' },
+  engine_busy: { admit: false, reason: 'engine_busy' },
+  kv_pressure: { admit: false, reason: 'kv_pressure' },
+  engine_stale: { admit: false, reason: 'engine_stale' },
+} as const satisfies Record<GateReason, GateDecision>;
 
-export function gateDecision(engine: EngineView): GateDecision {
-  return engine.inflight < engine.cap ? open : atCap;
+/**
+ * Traffic on the engine the broker did not send: running + waiting at the scrape minus
+ * the broker's in-flight count at that scrape, floored at 0 (the engine may not have seen
+ * a request the broker had just sent, or may already have finished one the broker has not
+ * yet counted as complete).
+ */
+export function bypassTraffic(gauges: EngineGauges): number {
+  return Math.max(0, gauges.running + gauges.waiting - gauges.inflightAtScrape);
+}
+
+function usableGauges(g: EngineGauges): boolean {
+  return (
+    Number.isFinite(g.running) &&
+    Number.isFinite(g.waiting) &&
+    Number.isFinite(g.kvUsage) &&
+    Number.isFinite(g.at) &&
+    Number.isFinite(g.inflightAtScrape)
+  );
 }
 
 /**
- * The admissible engine with the most headroom (cap - inflight); ties go to the earlier
- * engine in configuration order, so the choice is stable. -1 when none is admissible.
+ * The gauges of `engine` if its state is fresh: gauges present with finite values, the
+ * observer's health neither 'unknown' nor 'stale', and the scrape no older than
+ * `policy.maxGaugeAgeMs` at `now`. Undefined otherwise (the state is unknown or stale).
  */
-export function pickEngine(engines: readonly EngineView[]): number {
+export function freshGauges(
+  engine: EngineView,
+  policy: GatePolicy,
+  now: number,
+): EngineGauges | undefined {
+  const g = engine.gauges;
+  if (g === undefined || engine.health === 'unknown' || engine.health === 'stale') {
+    return undefined;
+  }
+  if (!usableGauges(g)) return undefined;
+  // NaN-safe: a non-finite `now` or threshold makes the comparison false, i.e. stale.
+  if (!(now - g.at <= policy.maxGaugeAgeMs)) return undefined;
+  return g;
+}
+
+// Implementations take `now` as given; the overloads below make a caller that passes a
+// policy pass the time too. At run time a missing `now` reads as NaN, i.e. stale.
+function decide(engine: EngineView, policy: GatePolicy | undefined, now: number): GateDecision {
+  if (!(engine.inflight < engine.cap)) return refuse.inflight_cap;
+  if (policy === undefined) return open;
+  const g = freshGauges(engine, policy, now);
+  if (g === undefined) return policy.failMode === 'closed' ? refuse.engine_stale : open;
+  if (!(engine.inflight + bypassTraffic(g) < engine.cap)) return refuse.engine_busy;
+  if (!(g.kvUsage < policy.kvThreshold)) return refuse.kv_pressure;
+  return open;
+}
+
+function room(engine: EngineView, policy: GatePolicy | undefined, now: number): number {
+  const base = engine.cap - engine.inflight;
+  if (policy === undefined) return base;
+  const g = freshGauges(engine, policy, now);
+  return g === undefined ? base : base - bypassTraffic(g);
+}
+
+/**
+ * May the dispatcher release one more job to `engine` now? Without `policy` only the
+ * in-flight cap applies. Reasons are checked in this order: inflight_cap, engine_stale,
+ * engine_busy, kv_pressure.
+ */
+export function gateDecision(engine: EngineView): GateDecision;
+export function gateDecision(
+  engine: EngineView,
+  policy: GatePolicy | undefined,
+  now: number,
+): GateDecision;
+export function gateDecision(engine: EngineView, policy?: GatePolicy, now?: number): GateDecision {
+  return decide(engine, policy, now ?? Number.NaN);
+}
+
+/**
+ * Slots left on `engine`: cap - inflight - bypass when its gauges are fresh, cap - inflight
+ * otherwise (and always without `policy`). May be zero or negative.
+ */
+export function headroom(engine: EngineView): number;
+export function headroom(engine: EngineView, policy: GatePolicy | undefined, now: number): number;
+export function headroom(engine: EngineView, policy?: GatePolicy, now?: number): number {
+  return room(engine, policy, now ?? Number.NaN);
+}
+
+/**
+ * The admissible engine with the most headroom; ties go to the earlier engine in
+ * configuration order, so the choice is stable. -1 when none is admissible.
+ */
+export function pickEngine(engines: readonly EngineView[]): number;
+export function pickEngine(
+  engines: readonly EngineView[],
+  policy: GatePolicy | undefined,
+  now: number,
+): number;
+export function pickEngine(
+  engines: readonly EngineView[],
+  policy?: GatePolicy,
+  now?: number,
+): number {
+  const t = now ?? Number.NaN;
   let best = -1;
-  let bestHeadroom = 0;
+  let bestRoom = 0;
   for (let i = 0; i < engines.length; i += 1) {
     const engine = engines[i]!;
-    if (!gateDecision(engine).admit) continue;
-    const headroom = engine.cap - engine.inflight;
-    if (best === -1 || headroom > bestHeadroom) {
-      best = i;
-      bestHeadroom = headroom;
-    }
+    const r = room(engine, policy, t);
+    if (best !== -1 && !(r > bestRoom)) continue;
+    if (!decide(engine, policy, t).admit) continue;
+    best = i;
+    bestRoom = r;
   }
   return best;
 }

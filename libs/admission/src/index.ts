@@ -1,8 +1,14 @@
 export {
+  bypassTraffic,
+  freshGauges,
   gateDecision,
+  headroom,
   pickEngine,
+  type EngineGauges,
+  type EngineHealth,
   type EngineView,
   type GateDecision,
+  type GatePolicy,
   type GateReason,
 } from './gate.js';
 export {

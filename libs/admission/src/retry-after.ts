@@ -16,7 +16,9 @@ export const retryAfterBounds = { min: 1, max: 60, unknown: 5 } as const;
  */
 export function retryAfterSeconds({ queued, drainPerSecond }: RetryAfterInput): number {
   if (drainPerSecond === undefined || !(drainPerSecond > 0)) return retryAfterBounds.unknown;
-  const seconds = Math.ceil((queued + 1) / drainPerSecond);
+  // A negative or unreadable queue length counts as nothing ahead.
+  const ahead = queued > 0 ? queued : 0;
+  const seconds = Math.ceil((ahead + 1) / drainPerSecond);
   return Math.min(retryAfterBounds.max, Math.max(retryAfterBounds.min, seconds));
 }
 

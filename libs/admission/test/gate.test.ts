@@ -1,9 +1,70 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { gateDecision, pickEngine } from '../src/gate.ts';
+import {
+  bypassTraffic,
+  freshGauges,
+  gateDecision,
+  headroom,
+  pickEngine,
+  type EngineGauges,
+  type EngineView,
+  type GatePolicy,
+} from '../src/gate.ts';
 
-describe('gate', () => {
-  it('admits below the cap and refuses at or above it, whatever the numbers', () => {
+const NOW = 1_700_000_000_000;
+const closed: GatePolicy = { kvThreshold: 0.9, failMode: 'closed', maxGaugeAgeMs: 5_000 };
+const openMode: GatePolicy = { ...closed, failMode: 'open' };
+
+function gauges(over: Partial<EngineGauges> = {}): EngineGauges {
+  return { running: 0, waiting: 0, kvUsage: 0.1, at: NOW, inflightAtScrape: 0, ...over };
+}
+
+function engine(over: Partial<EngineView> = {}): EngineView {
+  return { name: 'e', inflight: 0, cap: 4, gauges: gauges(), health: 'healthy', ...over };
+}
+
+describe('bypass estimate', () => {
+  it("subtracts the broker's own in-flight at scrape time from running + waiting", () => {
+    // The engine reports running 3 waiting 1 while the broker had 2 in flight: 2 bypassed.
+    expect(bypassTraffic(gauges({ running: 3, waiting: 1, inflightAtScrape: 2 }))).toBe(2);
+    expect(bypassTraffic(gauges({ running: 2, waiting: 0, inflightAtScrape: 2 }))).toBe(0);
+  });
+
+  it('is floored at 0 when the engine had not yet seen all of the broker requests', () => {
+    expect(bypassTraffic(gauges({ running: 1, waiting: 0, inflightAtScrape: 3 }))).toBe(0);
+  });
+
+  it('is never negative and never more than running + waiting', () => {
+    fc.assert(
+      fc.property(fc.nat(1000), fc.nat(1000), fc.nat(1000), (running, waiting, atScrape) => {
+        const b = bypassTraffic(gauges({ running, waiting, inflightAtScrape: atScrape }));
+        expect(b).toBeGreaterThanOrEqual(0);
+        expect(b).toBeLessThanOrEqual(running + waiting);
+        expect(b).toBe(Math.max(0, running + waiting - atScrape));
+      }),
+    );
+  });
+
+  it('does not count the broker twice: current in-flight plus bypass', () => {
+    // At scrape: broker 2 in flight, engine running 3 waiting 1, so 2 bypassed. Since then
+    // the broker completed one and released none: 1 + 2 = 3 < 4, admit.
+    const e = engine({
+      inflight: 1,
+      cap: 4,
+      gauges: gauges({ running: 3, waiting: 1, inflightAtScrape: 2 }),
+    });
+    expect(gateDecision(e, closed, NOW)).toEqual({ admit: true });
+    expect(headroom(e, closed, NOW)).toBe(1);
+    // The broker released one more since the scrape: 3 + 2 = 5, no slot left.
+    expect(gateDecision({ ...e, inflight: 2 }, closed, NOW)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+  });
+});
+
+describe('gate reasons', () => {
+  it('without a policy only the in-flight cap applies, as before', () => {
     fc.assert(
       fc.property(fc.nat(1000), fc.integer({ min: 1, max: 1000 }), (inflight, cap) => {
         const decision = gateDecision({ name: 'e', inflight, cap });
@@ -11,27 +72,114 @@ describe('gate', () => {
         if (!decision.admit) expect(decision.reason).toBe('inflight_cap');
       }),
     );
+    // Gauges are ignored without a policy, however alarming.
+    const busy = engine({ gauges: gauges({ running: 50, kvUsage: 1 }), health: 'stale' });
+    expect(gateDecision(busy)).toEqual({ admit: true });
+    expect(gateDecision(busy, undefined, NOW)).toEqual({ admit: true });
+    expect(headroom(busy)).toBe(4);
   });
 
-  it('a dispatcher that releases only through the gate never exceeds the cap', () => {
-    // Arbitrary interleavings of "try to release" and "a request completes".
-    fc.assert(
-      fc.property(
-        fc.integer({ min: 1, max: 16 }),
-        fc.array(fc.boolean(), { maxLength: 500 }),
-        (cap, ops) => {
-          let inflight = 0;
-          for (const release of ops) {
-            if (release) {
-              if (gateDecision({ name: 'e', inflight, cap }).admit) inflight += 1;
-            } else if (inflight > 0) inflight -= 1;
-            expect(inflight).toBeLessThanOrEqual(cap);
-          }
-        },
-      ),
-    );
+  it('inflight_cap: at the cap, whatever the gauges or fail mode', () => {
+    for (const policy of [closed, openMode]) {
+      for (const e of [
+        engine({ inflight: 4 }),
+        engine({ inflight: 5 }),
+        engine({ inflight: 4, health: 'stale' }),
+        engine({ inflight: 4, gauges: undefined, health: 'unknown' }),
+        engine({ inflight: 4, gauges: gauges({ kvUsage: 0.99, running: 9 }) }),
+      ]) {
+        expect(gateDecision(e, policy, NOW)).toEqual({ admit: false, reason: 'inflight_cap' });
+      }
+    }
+    expect(gateDecision(engine({ cap: 0 }), openMode, NOW)).toEqual({
+      admit: false,
+      reason: 'inflight_cap',
+    });
   });
 
+  it('engine_busy: in-flight plus bypass at the cap', () => {
+    const e = engine({ inflight: 1, gauges: gauges({ running: 3, inflightAtScrape: 0 }) });
+    expect(gateDecision(e, closed, NOW)).toEqual({ admit: false, reason: 'engine_busy' });
+    expect(gateDecision({ ...e, inflight: 0 }, closed, NOW)).toEqual({ admit: true });
+  });
+
+  it('kv_pressure: fresh KV usage at or above the threshold', () => {
+    expect(gateDecision(engine({ gauges: gauges({ kvUsage: 0.9 }) }), closed, NOW)).toEqual({
+      admit: false,
+      reason: 'kv_pressure',
+    });
+    expect(gateDecision(engine({ gauges: gauges({ kvUsage: 1 }) }), openMode, NOW)).toEqual({
+      admit: false,
+      reason: 'kv_pressure',
+    });
+    expect(gateDecision(engine({ gauges: gauges({ kvUsage: 0.8999 }) }), closed, NOW)).toEqual({
+      admit: true,
+    });
+  });
+
+  it('engine_stale: fail mode closed refuses unknown or stale state', () => {
+    const unknownStates: EngineView[] = [
+      engine({ gauges: undefined, health: undefined }),
+      engine({ gauges: undefined, health: 'unknown' }),
+      engine({ gauges: undefined, health: 'healthy' }),
+      engine({ health: 'unknown' }),
+      engine({ health: 'stale' }),
+      // Older than maxGaugeAgeMs although the observer has not flipped yet.
+      engine({ gauges: gauges({ at: NOW - 5_001 }) }),
+      engine({ gauges: gauges({ at: NOW - 5_001 }), health: undefined }),
+      // Unreadable numbers are no state at all.
+      engine({ gauges: gauges({ kvUsage: Number.NaN }) }),
+      engine({ gauges: gauges({ running: Number.POSITIVE_INFINITY }) }),
+    ];
+    for (const e of unknownStates) {
+      expect(gateDecision(e, closed, NOW)).toEqual({ admit: false, reason: 'engine_stale' });
+      expect(freshGauges(e, closed, NOW)).toBeUndefined();
+    }
+  });
+
+  it('fail mode open skips the gauge conditions on unknown or stale state', () => {
+    const stalePressure = engine({
+      gauges: gauges({ kvUsage: 0.99, running: 10 }),
+      health: 'stale',
+    });
+    expect(gateDecision(stalePressure, openMode, NOW)).toEqual({ admit: true });
+    const old = engine({ gauges: gauges({ kvUsage: 0.99, running: 10, at: NOW - 60_000 }) });
+    expect(gateDecision(old, openMode, NOW)).toEqual({ admit: true });
+    expect(gateDecision(engine({ gauges: undefined }), openMode, NOW)).toEqual({ admit: true });
+    // ...and headroom ignores the stale bypass estimate.
+    expect(headroom(stalePressure, openMode, NOW)).toBe(4);
+  });
+
+  it('gauges exactly maxGaugeAgeMs old are still fresh; health absent counts as healthy', () => {
+    const e = engine({ gauges: gauges({ at: NOW - 5_000, kvUsage: 0.95 }), health: undefined });
+    expect(freshGauges(e, closed, NOW)).toBe(e.gauges);
+    expect(gateDecision(e, closed, NOW)).toEqual({ admit: false, reason: 'kv_pressure' });
+  });
+
+  it('reasons come in order: inflight_cap, engine_stale, engine_busy, kv_pressure', () => {
+    const all = engine({
+      inflight: 4,
+      gauges: gauges({ running: 9, kvUsage: 1 }),
+      health: 'stale',
+    });
+    expect(gateDecision(all, closed, NOW)).toMatchObject({ reason: 'inflight_cap' });
+    expect(gateDecision({ ...all, inflight: 0 }, closed, NOW)).toMatchObject({
+      reason: 'engine_stale',
+    });
+    expect(gateDecision({ ...all, inflight: 0, health: 'healthy' }, closed, NOW)).toMatchObject({
+      reason: 'engine_busy',
+    });
+    const kvOnly = {
+      ...all,
+      inflight: 0,
+      health: 'healthy' as const,
+      gauges: gauges({ kvUsage: 1 }),
+    };
+    expect(gateDecision(kvOnly, closed, NOW)).toMatchObject({ reason: 'kv_pressure' });
+  });
+});
+
+describe('engine choice', () => {
   it('picks the admissible engine with the most headroom, ties to the first', () => {
     expect(
       pickEngine([
@@ -58,5 +206,70 @@ describe('gate', () => {
       ]),
     ).toBe(1);
     expect(pickEngine([])).toBe(-1);
+  });
+
+  it('counts bypass traffic in the headroom when the gauges are fresh', () => {
+    const engines = [
+      engine({ name: 'a', inflight: 0, gauges: gauges({ running: 3 }) }), // room 1
+      engine({ name: 'b', inflight: 1, gauges: gauges({ running: 1, inflightAtScrape: 1 }) }), // 3
+    ];
+    expect(pickEngine(engines, closed, NOW)).toBe(1);
+    // Without a policy the gauges are ignored: a has room 4, b 3.
+    expect(pickEngine(engines)).toBe(0);
+  });
+
+  it('skips engines the gate refuses even with more headroom', () => {
+    const engines = [
+      engine({ name: 'a', inflight: 0, gauges: gauges({ kvUsage: 0.95 }) }),
+      engine({ name: 'b', inflight: 3 }),
+      engine({ name: 'c', inflight: 0, health: 'stale' }),
+    ];
+    expect(pickEngine(engines, closed, NOW)).toBe(1);
+    // Fail open: c's stale state no longer refuses it, and it has room 4.
+    expect(pickEngine(engines, openMode, NOW)).toBe(2);
+  });
+
+  it('agrees with a brute-force choice over arbitrary pools', () => {
+    const view = fc.record({
+      name: fc.constant('e'),
+      inflight: fc.nat(10),
+      cap: fc.integer({ min: 0, max: 10 }),
+      gauges: fc.option(
+        fc.record({
+          running: fc.nat(10),
+          waiting: fc.nat(10),
+          kvUsage: fc.double({ min: 0, max: 1, noNaN: true }),
+          at: fc.integer({ min: NOW - 10_000, max: NOW }),
+          inflightAtScrape: fc.nat(10),
+        }),
+        { nil: undefined },
+      ),
+      health: fc.constantFrom('unknown', 'healthy', 'stale', undefined),
+    });
+    const policy = fc.record({
+      kvThreshold: fc.double({ min: 0, max: 1, noNaN: true }),
+      failMode: fc.constantFrom('open' as const, 'closed' as const),
+      maxGaugeAgeMs: fc.integer({ min: 0, max: 10_000 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(view, { maxLength: 8 }),
+        fc.option(policy, { nil: undefined }),
+        (engines, p) => {
+          const admissible = engines
+            .map((e, i) => ({ i, ok: gateDecision(e, p, NOW).admit, room: headroom(e, p, NOW) }))
+            .filter((x) => x.ok);
+          const chosen = pickEngine(engines, p, NOW);
+          if (admissible.length === 0) {
+            expect(chosen).toBe(-1);
+            return;
+          }
+          const most = Math.max(...admissible.map((x) => x.room));
+          expect(chosen).toBe(admissible.find((x) => x.room === most)!.i);
+          // An admissible engine always has at least one slot.
+          expect(most).toBeGreaterThanOrEqual(1);
+        },
+      ),
+    );
   });
 });

@@ -20,5 +20,5 @@ export {
   type HeadInfo,
   type StartInfo,
 } from './frames.js';
-export { decodePoolStats, encodePoolStats, type PoolStats } from './stats.js';
+export { decodePoolStats, encodePoolStats, type EngineStats, type PoolStats } from './stats.js';
 export { rejectReasons, type RejectReason } from './reasons.js';

@@ -13,6 +13,8 @@ export interface KeySpace {
   admissions(pool: string): string;
   /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
   poolStats(pool: string): string;
+  /** What every `poolStats` key starts with, for listing them. */
+  readonly poolStatsPrefix: string;
   /** Liveness key of a gateway replica, with a TTL. */
   replicaAlive(replica: string): string;
   /** Pub/sub channel carrying reply frames to one gateway replica. */
@@ -38,6 +40,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     lease: (pool) => `${prefix}:lease:${part('pool', pool)}`,
     admissions: (pool) => `${prefix}:admissions:${part('pool', pool)}`,
     poolStats: (pool) => `${prefix}:stats:${part('pool', pool)}`,
+    poolStatsPrefix: `${prefix}:stats:`,
     replicaAlive: (replica) => `${prefix}:replica:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,
     cancelChannel: `${prefix}:cancel`,

@@ -8,7 +8,24 @@ export interface PoolStats {
   at: number;
   /** Jobs released per second, smoothed. */
   drainPerSecond: number;
-  engines: Array<{ name: string; inflight: number; cap: number }>;
+  engines: EngineStats[];
+  /** Jobs in the queue by BullMQ state. */
+  queue?: { wait: number; prioritized: number; active: number };
+}
+
+export interface EngineStats {
+  name: string;
+  inflight: number;
+  cap: number;
+  /** Whether the gate admits work on this engine, and why not. */
+  open?: boolean;
+  reason?: string;
+  health?: 'unknown' | 'healthy' | 'stale';
+  running?: number;
+  waiting?: number;
+  kvUsage?: number;
+  /** Unix ms of the last successful scrape. */
+  scrapedAt?: number;
 }
 
 export function encodePoolStats(stats: PoolStats): string {

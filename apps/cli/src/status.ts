@@ -1,0 +1,68 @@
+// `sluice status`: what the leading dispatchers published about each pool, read from Redis.
+import { loadConfig } from '@sluice/config';
+import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
+import { createRedis, redisReady } from '@sluice/redis';
+
+export function formatStatus(
+  pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>,
+  now: number,
+): string {
+  if (pools.length === 0)
+    return 'no pools: no dispatcher has published any (is one running against this Redis?)\n';
+  const lines: string[] = [];
+  for (const { pool, stats } of pools) {
+    if (!stats) {
+      lines.push(`pool ${pool}: no leader (no dispatcher has published for 5 s)`);
+      continue;
+    }
+    const q = stats.queue;
+    lines.push(
+      `pool ${pool}  leader ${stats.leader}  drain ${stats.drainPerSecond.toFixed(2)}/s` +
+        (q ? `  queue: wait ${q.wait} prioritized ${q.prioritized} active ${q.active}` : ''),
+    );
+    for (const e of stats.engines) {
+      const gate =
+        e.open === undefined
+          ? ''
+          : e.open
+            ? '  gate open'
+            : `  gate closed (${e.reason ?? 'unknown'})`;
+      const gauges =
+        e.running === undefined
+          ? '  gauges: none yet'
+          : `  running ${e.running} waiting ${e.waiting} kv ${((e.kvUsage ?? 0) * 100).toFixed(1)}%` +
+            (e.scrapedAt === undefined
+              ? ''
+              : `  read ${((now - e.scrapedAt) / 1000).toFixed(1)} s ago`);
+      lines.push(
+        `  engine ${e.name}  in-flight ${e.inflight}/${e.cap}${gate}  state ${e.health ?? 'unknown'}${gauges}`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+export async function runStatus(argv: string[]): Promise<void> {
+  const json = argv.includes('--json');
+  const config = loadConfig(process.env);
+  const keys = keySpace(config.redis.prefix);
+  const redis = createRedis(config.redis.url, { name: 'sluice:status', role: 'command' });
+  redis.on('error', () => {});
+  try {
+    await redisReady(redis, 3000);
+    const names = new Set(config.pools.map((p) => p.name));
+    const prefix = keys.poolStatsPrefix;
+    // SCAN, not KEYS: the status command must not block a production Redis.
+    for await (const batch of redis.scanStream({ match: `${prefix}*`, count: 1000 }))
+      for (const key of batch as string[]) names.add(key.slice(prefix.length));
+    const pools = await Promise.all(
+      [...names].sort().map(async (pool) => {
+        const text = await redis.get(keys.poolStats(pool));
+        return { pool, stats: text ? decodePoolStats(text) : undefined };
+      }),
+    );
+    process.stdout.write(json ? `${JSON.stringify(pools)}\n` : formatStatus(pools, Date.now()));
+  } finally {
+    redis.disconnect();
+  }
+}

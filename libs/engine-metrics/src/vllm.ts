@@ -1,0 +1,215 @@
+import type { Exposition, Labels, Sample } from './types.js';
+
+/** The vLLM series `readVllmState` reads. */
+export const VLLM_SERIES = {
+  running: 'vllm:num_requests_running',
+  waiting: 'vllm:num_requests_waiting',
+  /** KV-cache usage as vLLM >= 0.10 names it. */
+  kvUsage: 'vllm:kv_cache_usage_perc',
+  /** KV-cache usage as vLLM < 0.10 named it. */
+  legacyKvUsage: 'vllm:gpu_cache_usage_perc',
+  cacheConfigInfo: 'vllm:cache_config_info',
+} as const;
+
+const RUNNING = VLLM_SERIES.running;
+const WAITING = VLLM_SERIES.waiting;
+const KV_USAGE = VLLM_SERIES.kvUsage;
+const LEGACY_KV_USAGE = VLLM_SERIES.legacyKvUsage;
+const CACHE_CONFIG_INFO = VLLM_SERIES.cacheConfigInfo;
+
+export type KvMetricName = typeof KV_USAGE | typeof LEGACY_KV_USAGE;
+
+/** What one scrape of a vLLM server's `/metrics` says, combined over its data-parallel ranks. */
+export interface VllmState {
+  /** `vllm:num_requests_running`, summed over ranks. */
+  running: number;
+  /** `vllm:num_requests_waiting`, summed over ranks. */
+  waiting: number;
+  /** KV-cache usage, 0..1: the fullest rank's (the maximum over ranks). */
+  kvUsage: number;
+  /** The series `kvUsage` came from. */
+  kvMetric: KvMetricName;
+  /**
+   * KV-cache size in tokens: `num_gpu_blocks` x `block_size` from `vllm:cache_config_info`,
+   * summed over ranks. Absent unless every rank has a readable one.
+   */
+  kvCapacityTokens?: number;
+  /**
+   * Sequences the server runs at once: a `max_num_seqs` label on a `vllm:*_info` series,
+   * summed over ranks. Absent unless every rank has one (upstream vLLM exports none).
+   */
+  maxNumSeqs?: number;
+  /** Data-parallel ranks: distinct `engine` label values (1 when there is no `engine` label). */
+  ranks: number;
+  /** Distinct `model_name` label values of the gauges above, in order of appearance. */
+  models: string[];
+}
+
+export type VllmMetricsErrorCode = 'ERR_NOT_VLLM' | 'ERR_VLLM_VALUE';
+
+/**
+ * Thrown by `readVllmState`. `ERR_NOT_VLLM`: a required series is missing, so the
+ * exposition does not look like vLLM's (a wrong URL, another server). `ERR_VLLM_VALUE`:
+ * a required gauge has an impossible value (NaN, negative, KV usage above 1).
+ */
+export class VllmMetricsError extends Error {
+  readonly code: VllmMetricsErrorCode;
+  /** The series the message is about. */
+  readonly series: readonly string[];
+
+  constructor(code: VllmMetricsErrorCode, message: string, series: readonly string[]) {
+    super(message);
+    this.name = 'VllmMetricsError';
+    this.code = code;
+    this.series = series;
+  }
+}
+
+const NO_ENGINE = '';
+
+function rankOf(labels: Labels): string {
+  return Object.hasOwn(labels, 'engine') ? labels['engine']! : NO_ENGINE;
+}
+
+function describe(sample: Sample): string {
+  const labels = Object.entries(sample.labels)
+    .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+    .join(',');
+  return labels === '' ? sample.name : `${sample.name}{${labels}}`;
+}
+
+function badValue(sample: Sample, expected: string): VllmMetricsError {
+  return new VllmMetricsError(
+    'ERR_VLLM_VALUE',
+    `${describe(sample)} is ${sample.value}; expected ${expected}`,
+    [sample.name],
+  );
+}
+
+/** A label holding a positive integer, as vLLM writes config values; else undefined. */
+function positiveInt(labels: Labels, name: string): number | undefined {
+  if (!Object.hasOwn(labels, name)) return undefined;
+  const text = labels[name]!;
+  if (!/^[0-9]{1,15}$/.test(text)) return undefined;
+  const value = Number(text);
+  return value > 0 ? value : undefined;
+}
+
+/**
+ * Sums a per-rank value over the ranks the gauges showed. Undefined unless every rank
+ * has one, so a partial sum never understates the whole. One rank and one value match
+ * whatever their `engine` labels say (an unlabelled info series next to `engine="0"`).
+ */
+function sumOverRanks(
+  perRank: ReadonlyMap<string, number>,
+  ranks: ReadonlySet<string>,
+): number | undefined {
+  if (ranks.size === 1 && perRank.size === 1) return perRank.values().next().value;
+  let total = 0;
+  for (const rank of ranks) {
+    const value = perRank.get(rank);
+    if (value === undefined) return undefined;
+    total += value;
+  }
+  return total;
+}
+
+/**
+ * Reads the scheduler and KV-cache gauges of a vLLM `/metrics` exposition. Pure.
+ *
+ * Data-parallel ranks (the `engine` label) are combined as one server: request counts
+ * are summed, KV usage is the maximum (the fullest rank), KV capacity and
+ * `max_num_seqs` are summed. Throws `VllmMetricsError` when a required series is
+ * missing or holds an impossible value.
+ */
+export function readVllmState(exposition: Exposition): VllmState {
+  let running = 0;
+  let waiting = 0;
+  let sawRunning = false;
+  let sawWaiting = false;
+  let kv = -1;
+  let legacyKv = -1;
+  let sawAnyVllm = false;
+  const ranks = new Set<string>();
+  const models: string[] = [];
+  const capacity = new Map<string, number>();
+  const maxNumSeqs = new Map<string, number>();
+
+  const gauge = (sample: Sample): void => {
+    ranks.add(rankOf(sample.labels));
+    if (Object.hasOwn(sample.labels, 'model_name')) {
+      const model = sample.labels['model_name']!;
+      if (!models.includes(model)) models.push(model);
+    }
+  };
+  const count = (sample: Sample): number => {
+    if (!Number.isFinite(sample.value) || sample.value < 0)
+      throw badValue(sample, 'a finite count >= 0');
+    gauge(sample);
+    return sample.value;
+  };
+  const usage = (sample: Sample, current: number): number => {
+    if (!(sample.value >= 0 && sample.value <= 1)) throw badValue(sample, 'a usage in 0..1');
+    gauge(sample);
+    return Math.max(current, sample.value);
+  };
+
+  for (const sample of exposition.samples) {
+    const name = sample.name;
+    if (!name.startsWith('vllm:')) continue;
+    sawAnyVllm = true;
+    switch (name) {
+      case RUNNING:
+        running += count(sample);
+        sawRunning = true;
+        break;
+      case WAITING:
+        waiting += count(sample);
+        sawWaiting = true;
+        break;
+      case KV_USAGE:
+        kv = usage(sample, kv);
+        break;
+      case LEGACY_KV_USAGE:
+        legacyKv = usage(sample, legacyKv);
+        break;
+    }
+    if (name.endsWith('_info')) {
+      const rank = rankOf(sample.labels);
+      if (name === CACHE_CONFIG_INFO && !capacity.has(rank)) {
+        const blocks = positiveInt(sample.labels, 'num_gpu_blocks');
+        const blockSize = positiveInt(sample.labels, 'block_size');
+        if (blocks !== undefined && blockSize !== undefined) capacity.set(rank, blocks * blockSize);
+      }
+      const seqs = positiveInt(sample.labels, 'max_num_seqs');
+      if (seqs !== undefined) maxNumSeqs.set(rank, Math.min(seqs, maxNumSeqs.get(rank) ?? seqs));
+    }
+  }
+
+  const missing: string[] = [];
+  if (!sawRunning) missing.push(RUNNING);
+  if (!sawWaiting) missing.push(WAITING);
+  if (kv < 0 && legacyKv < 0) missing.push(`${KV_USAGE} (or ${LEGACY_KV_USAGE})`);
+  if (missing.length > 0) {
+    const hint = sawAnyVllm ? '' : '; it has no vllm: series at all (is this a vLLM server?)';
+    throw new VllmMetricsError(
+      'ERR_NOT_VLLM',
+      `metrics do not look like vLLM: missing ${missing.join(', ')}${hint}`,
+      missing.map((m) => m.split(' ')[0]!),
+    );
+  }
+
+  const state: VllmState = {
+    running,
+    waiting,
+    kvUsage: kv >= 0 ? kv : legacyKv,
+    kvMetric: kv >= 0 ? KV_USAGE : LEGACY_KV_USAGE,
+    ranks: ranks.size,
+    models,
+  };
+  const kvCapacityTokens = sumOverRanks(capacity, ranks);
+  if (kvCapacityTokens !== undefined) state.kvCapacityTokens = kvCapacityTokens;
+  const seqs = sumOverRanks(maxNumSeqs, ranks);
+  if (seqs !== undefined) state.maxNumSeqs = seqs;
+  return state;
+}
