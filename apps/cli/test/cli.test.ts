@@ -1,14 +1,14 @@
 // The `sluice` command as a user runs it.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { freePort, sluiceBin, startProcess } from '@sluice/test/support';
+import { eventually, freePort, sluiceBin, startProcess } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
 
-async function sluice(args: string[]) {
+async function sluice(args: string[], env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await run(process.execPath, [sluiceBin, ...args]);
+    const { stdout, stderr } = await run(process.execPath, [sluiceBin, ...args], { env: { ...process.env, ...env } });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -95,6 +95,13 @@ describe('sluice command', () => {
       expect(res.status).toBe(200);
       expect(res.headers.get('x-sluice-engine')).toBe(`127.0.0.1:${enginePort}`);
     }
+    // `sluice status` reads what the leading dispatcher publishes every second.
+    const status = await eventually(async () => {
+      const { code, stdout } = await sluice(['status'], { REDIS_URL: `redis://127.0.0.1:${redisPort}` });
+      return code === 0 && stdout.includes('state healthy') ? stdout : undefined;
+    }, 'sluice status to show the pool');
+    expect(status).toMatch(/^pool default  leader dispatcher-[12]  drain \d+\.\d\d\/s  queue: wait 0 prioritized 0 active 0$/m);
+    expect(status).toMatch(new RegExp(`^  engine 127\\.0\\.0\\.1:${enginePort}  in-flight 0/4  gate open  state healthy  running 0 waiting 0 kv 0\\.0%  read \\d+\\.\\d s ago$`, 'm'));
     await up.stop('SIGTERM');
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
     await expect(fetch(`${gateways[0]}/healthz`)).rejects.toThrow();

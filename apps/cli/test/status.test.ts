@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { formatStatus } from '../src/status.ts';
+
+describe('sluice status output', () => {
+  it('shows queue, in-flight/cap, gate and gauges with their age per engine', () => {
+    const text = formatStatus(
+      [
+        {
+          pool: 'reasoning',
+          stats: {
+            leader: 'd1',
+            at: 10_000,
+            drainPerSecond: 1.5,
+            queue: { wait: 2, prioritized: 1, active: 4 },
+            engines: [
+              { name: 'vllm-0', inflight: 4, cap: 4, open: false, reason: 'inflight_cap', health: 'healthy', running: 4, waiting: 0, kvUsage: 0.4215, scrapedAt: 9_500 },
+              { name: 'vllm-1', inflight: 0, cap: 4, open: false, reason: 'engine_stale', health: 'stale' },
+            ],
+          },
+        },
+        { pool: 'idle', stats: undefined },
+      ],
+      10_000,
+    );
+    expect(text).toBe(
+      [
+        'pool reasoning  leader d1  drain 1.50/s  queue: wait 2 prioritized 1 active 4',
+        '  engine vllm-0  in-flight 4/4  gate closed (inflight_cap)  state healthy  running 4 waiting 0 kv 42.1%  read 0.5 s ago',
+        '  engine vllm-1  in-flight 0/4  gate closed (engine_stale)  state stale  gauges: none yet',
+        'pool idle: no leader (no dispatcher has published for 5 s)',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('says so when no dispatcher has published anything', () => {
+    expect(formatStatus([], 0)).toMatch(/^no pools/);
+  });
+});
