@@ -8,7 +8,9 @@ const run = promisify(execFile);
 
 async function sluice(args: string[], env: Record<string, string> = {}) {
   try {
-    const { stdout, stderr } = await run(process.execPath, [sluiceBin, ...args], { env: { ...process.env, ...env } });
+    const { stdout, stderr } = await run(process.execPath, [sluiceBin, ...args], {
+      env: { ...process.env, ...env },
+    });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -97,11 +99,20 @@ describe('sluice command', () => {
     }
     // `sluice status` reads what the leading dispatcher publishes every second.
     const status = await eventually(async () => {
-      const { code, stdout } = await sluice(['status'], { REDIS_URL: `redis://127.0.0.1:${redisPort}` });
+      const { code, stdout } = await sluice(['status'], {
+        REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+      });
       return code === 0 && stdout.includes('state healthy') ? stdout : undefined;
     }, 'sluice status to show the pool');
-    expect(status).toMatch(/^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}queue: wait 0 prioritized 0 active 0$/m);
-    expect(status).toMatch(new RegExp(`^  engine 127\\.0\\.0\\.1:${enginePort}  in-flight 0/4  gate open  state healthy  running 0 waiting 0 kv 0\\.0%  read \\d+\\.\\d s ago$`, 'm'));
+    expect(status).toMatch(
+      /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}queue: wait 0 prioritized 0 active 0$/m,
+    );
+    expect(status).toMatch(
+      new RegExp(
+        `^  engine 127\\.0\\.0\\.1:${enginePort}  in-flight 0/4  gate open  state healthy  running 0 waiting 0 kv 0\\.0%  read \\d+\\.\\d s ago$`,
+        'm',
+      ),
+    );
     await up.stop('SIGTERM');
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
     await expect(fetch(`${gateways[0]}/healthz`)).rejects.toThrow();
