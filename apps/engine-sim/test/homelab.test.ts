@@ -24,7 +24,7 @@ function ttftAtMost(text: string, le: string): number {
   )!.value;
 }
 
-describe('homelab profile at --time-scale 100', () => {
+describe('homelab profile, time-scaled', () => {
   let sim: TestEngineSim | undefined;
   afterEach(() => sim?.stop());
 
@@ -38,22 +38,22 @@ describe('homelab profile at --time-scale 100', () => {
     const shorts = Array.from({ length: 3 }, () => chat(sim!, 200, 4));
     await Promise.all([long, ...shorts]);
     const metrics = await sim.metricsText();
-    // Four first tokens, all after 80 s and within 160 s: the long prompt's ~125 s of
-    // prefill at 525 tok/s, and the short ones queued behind it for nearly as long.
+    // Four first tokens, all after 80 s: the long prompt's ~125 s of prefill at 525 tok/s,
+    // and the short ones queued behind it for nearly as long. (No upper bound: a stalled
+    // test machine stretches simulated time at 100x, it never shortens it.)
     expect(ttftAtMost(metrics, '+Inf')).toBe(4);
     expect(ttftAtMost(metrics, '80.0')).toBe(0);
-    expect(ttftAtMost(metrics, '160.0')).toBe(4);
     const queue = parseExposition(metrics).samples.find(
       (s) => s.name === 'vllm:request_queue_time_seconds_bucket' && s.labels['le'] === '60.0',
     )!;
     expect(queue.value).toBe(1); // only the long prompt was scheduled within a minute of arriving
   });
 
-  it('short prompts alone get their first token within a few simulated seconds', async () => {
-    sim = await startEngineSim(['--profile', 'homelab', '--time-scale', '100']);
+  it('short prompts alone get their first token within seconds (at --time-scale 10)', async () => {
+    sim = await startEngineSim(['--profile', 'homelab', '--time-scale', '10']);
     await Promise.all(Array.from({ length: 3 }, () => chat(sim!, 200, 4)));
     const metrics = await sim.metricsText();
-    expect(ttftAtMost(metrics, '5.0')).toBe(3);
+    expect(ttftAtMost(metrics, '10.0')).toBe(3);
   });
 
   it('names KV usage vllm:gpu_cache_usage_perc with --legacy-kv-metric', async () => {
