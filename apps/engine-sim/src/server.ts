@@ -14,6 +14,41 @@ import { errorBody, planOutput, ResponseWriter, usageOf } from './openai-respons
 import type { SimOptions } from './options.js';
 import { tokenStream } from './text.js';
 
+/** What the engine was sent, in brief: enough for tests to see a rewrite by Sluice. */
+export interface ReceivedRequest {
+  id: string;
+  endpoint: Endpoint;
+  maxTokens: number | null;
+  maxCompletionTokens: number | null;
+  /** Content of the first message when it is a system message (chat), first 500 characters. */
+  system: string | null;
+  /** First 500 characters of a string prompt (completions). */
+  promptHead: string | null;
+  messages: number;
+}
+
+function summarize(id: string, endpoint: Endpoint, body: unknown): ReceivedRequest {
+  const b = body as Record<string, unknown>;
+  const messages = Array.isArray(b['messages'])
+    ? (b['messages'] as Array<Record<string, unknown>>)
+    : [];
+  const first = messages[0];
+  const prompt = Array.isArray(b['prompt']) ? b['prompt'][0] : b['prompt'];
+  const num = (v: unknown) => (typeof v === 'number' ? v : null);
+  return {
+    id,
+    endpoint,
+    maxTokens: num(b['max_tokens']),
+    maxCompletionTokens: num(b['max_completion_tokens']),
+    system:
+      first?.['role'] === 'system' && typeof first['content'] === 'string'
+        ? first['content'].slice(0, 500)
+        : null,
+    promptHead: typeof prompt === 'string' ? prompt.slice(0, 500) : null,
+    messages: messages.length,
+  };
+}
+
 export interface EngineSim {
   readonly app: FastifyInstance;
   readonly engine: Engine;
@@ -50,7 +85,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
   const errorShare = new ShareCounter();
   const created = Math.floor(engine.clock.startedAtEpoch);
   // Ids of the last requests the engine accepted, so tests can prove nothing ran twice.
-  const received: string[] = [];
+  const received: ReceivedRequest[] = [];
   let receivedTotal = 0;
   let faults: Faults = { ...defaultFaults, ready: options.startupDelaySeconds === 0 };
   const startupTimer =
@@ -93,7 +128,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
       const plan = planOutput(req, options);
       const writer = new ResponseWriter(req, created);
       receivedTotal += 1;
-      received.push(writer.id);
+      received.push(summarize(writer.id, endpoint, request.body));
       if (received.length > 10_000) received.shift();
       const nextText = tokenStream(req.seed);
       const res = reply.hijack().raw;
@@ -207,7 +242,11 @@ export function createEngineSim(options: SimOptions): EngineSim {
     faults,
   }));
 
-  app.get('/sim/received', async () => ({ total: receivedTotal, ids: received }));
+  app.get('/sim/received', async () => ({
+    total: receivedTotal,
+    ids: received.map((r) => r.id),
+    requests: received,
+  }));
 
   app.put('/sim/faults', async (request, reply) => {
     try {

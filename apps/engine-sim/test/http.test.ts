@@ -252,6 +252,38 @@ describe('engine-sim over HTTP (instant profile)', () => {
     expect(after.kvUsage).toBe(0);
   });
 
+  it('records in brief what it was sent, so a rewrite upstream can be checked', async () => {
+    await (
+      await post(sim, '/v1/chat/completions', {
+        model: 'm',
+        messages: [
+          { role: 'system', content: 'Answer concisely.' },
+          { role: 'user', content: 'what was sent?' },
+        ],
+        max_tokens: 7,
+      })
+    ).text();
+    await (
+      await post(sim, '/v1/completions', { model: 'm', prompt: 'Be brief.\n\nOnce', max_tokens: 2 })
+    ).text();
+    const { requests } = (await (await fetch(`${sim.url}/sim/received`)).json()) as {
+      requests: Array<Record<string, unknown>>;
+    };
+    expect(requests.at(-2)).toMatchObject({
+      endpoint: 'chat',
+      maxTokens: 7,
+      maxCompletionTokens: null,
+      system: 'Answer concisely.',
+      messages: 2,
+    });
+    expect(requests.at(-1)).toMatchObject({
+      endpoint: 'completion',
+      maxTokens: 2,
+      system: null,
+      promptHead: 'Be brief.\n\nOnce',
+    });
+  });
+
   it('records the highest running + waiting it ever held', async () => {
     await fetch(`${sim.url}/sim/peak/reset`, { method: 'POST' });
     const controller = new AbortController();
