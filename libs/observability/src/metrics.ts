@@ -190,6 +190,24 @@ export function dispatcherMetrics(registry: Registry) {
       labelNames: ['gpu'],
       registers,
     }),
+    loadState: new Gauge({
+      name: 'sluice_load_state',
+      help: '1 for the load state (degradation profile) the pool is in, 0 for the others.',
+      labelNames: ['pool', 'state'],
+      registers,
+    }),
+    loadSignal: new Gauge({
+      name: 'sluice_load_signal_ratio',
+      help: 'The smoothed load signal (0..1) that selects the load state.',
+      labelNames: ['pool'],
+      registers,
+    }),
+    degraded: new Counter({
+      name: 'sluice_degraded_requests_total',
+      help: 'Requests released with a degraded profile (instruction added, max_tokens scaled), by state.',
+      labelNames: ['pool', 'state'],
+      registers,
+    }),
     relayFrames: new Counter({
       name: 'sluice_relay_frames_total',
       help: 'Reply frames published, by type.',

@@ -23,6 +23,8 @@ export interface JobPayload {
   /** Client's `max_tokens` / `max_completion_tokens`, when it sent one. */
   maxTokens?: number;
   tenant?: string;
+  /** The client asked not to be degraded (`x-sluice-degrade: off`) and the pool allows it. */
+  optOut?: boolean;
 }
 
 function fail(field: string, expected: string, value: unknown): never {
@@ -60,6 +62,8 @@ export function validateJobPayload(value: unknown): JobPayload {
     fail('maxTokens', 'an integer >= 0', p['maxTokens']);
   if (p['tenant'] !== undefined && typeof p['tenant'] !== 'string')
     fail('tenant', 'a string', p['tenant']);
+  if (p['optOut'] !== undefined && typeof p['optOut'] !== 'boolean')
+    fail('optOut', 'a boolean', p['optOut']);
   return p as unknown as JobPayload;
 }
 

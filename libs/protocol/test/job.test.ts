@@ -36,6 +36,7 @@ describe('job payload', () => {
     [{ ...valid, deadline: 'soon' }, /field deadline must be a number/],
     [{ ...valid, priority: -1 }, /field priority must be an integer >= 0/],
     [{ ...valid, maxTokens: 1.5 }, /field maxTokens must be an integer >= 0/],
+    [{ ...valid, optOut: 'yes' }, /field optOut must be a boolean/],
   ])('refuses %j naming the field', (payload, message) => {
     expect(() => validateJobPayload(payload)).toThrow(message);
   });
