@@ -25,6 +25,14 @@ const RESERVATION_MS = 10_000;
 
 const CACHE_MS = 1000;
 
+/** The reservation script as an ioredis command: sent by SHA, not as text, per request. */
+type ReserveCommand = Redis & { sluiceReserve(...args: string[]): Promise<number> };
+
+function defineReserve(redis: Redis): void {
+  if (!('sluiceReserve' in redis))
+    redis.defineCommand('sluiceReserve', { numberOfKeys: 3, lua: reserveScript });
+}
+
 export class PoolQueue {
   readonly queue: Queue;
   private readonly waitKey: string;
@@ -43,6 +51,7 @@ export class PoolQueue {
     private readonly maxPriority: number,
     private readonly now: () => number,
   ) {
+    defineReserve(redis);
     const name = keys.queueName(pool.name);
     this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
     this.waitKey = `${keys.prefix}:${name}:wait`;
@@ -63,9 +72,7 @@ export class PoolQueue {
   /** Adds the job unless the queue is at its depth bound; false when refused. */
   async add(jobId: string, payload: JobPayload): Promise<boolean> {
     const queued = Number(
-      await this.redis.eval(
-        reserveScript,
-        3,
+      await (this.redis as ReserveCommand).sluiceReserve(
         this.waitKey,
         this.prioritizedKey,
         this.reservedKey,
