@@ -10,7 +10,7 @@
 // in-band as `data: {"error":...}` and the stream ends, so OpenAI SDKs raise it. A
 // non-streaming client waits silently and gets the engine's status and body unchanged.
 import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
-import type { Frame } from '@sluice/protocol';
+import { sluiceHeaders, type Frame } from '@sluice/protocol';
 import type { ServerResponse } from 'node:http';
 import { refusal, writeRefusal, type Refusal } from './refuse.js';
 
@@ -144,9 +144,9 @@ export class HeldRequest {
     this.hooks.onStarted(this, (this.hooks.now() - this.enqueuedAt) / 1000);
   }
 
-  private sluiceHeaders(): Record<string, string> {
-    const headers: Record<string, string> = { 'x-sluice-load-state': this.loadState };
-    if (this.engine) headers['x-sluice-engine'] = this.engine;
+  private responseHeaders(): Record<string, string> {
+    const headers: Record<string, string> = { [sluiceHeaders.loadState]: this.loadState };
+    if (this.engine) headers[sluiceHeaders.engine] = this.engine;
     return headers;
   }
 
@@ -155,7 +155,7 @@ export class HeldRequest {
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
-      ...this.sluiceHeaders(),
+      ...this.responseHeaders(),
     });
   }
 
@@ -173,7 +173,7 @@ export class HeldRequest {
       return;
     }
     if (this.stream && status === 200) return this.commitStream();
-    this.res.writeHead(status, { 'content-type': contentType, ...this.sluiceHeaders() });
+    this.res.writeHead(status, { 'content-type': contentType, ...this.responseHeaders() });
   }
 
   private data(chunk: Buffer): void {

@@ -1,7 +1,7 @@
 // Every refusal in one shape: the OpenAI error body, `x-sluice-reject-reason`, and
 // `Retry-After` where retrying can help (503 and 429, as RFC 9110 uses it).
 import { openaiErrorBody } from '@sluice/openai';
-import { rejectReasons, type RejectReason } from '@sluice/protocol';
+import { rejectReasons, sluiceHeaders, type RejectReason } from '@sluice/protocol';
 import type { ServerResponse } from 'node:http';
 
 const errorTypes: Partial<Record<number, string>> = {
@@ -26,7 +26,7 @@ export function refusal(reason: RejectReason, message: string, retryAfter?: numb
 export function refusalHeaders(r: Refusal): Record<string, string> {
   const headers: Record<string, string> = {
     'content-type': 'application/json',
-    'x-sluice-reject-reason': r.reason,
+    [sluiceHeaders.rejectReason]: r.reason,
   };
   if (r.retryAfter !== undefined && (r.status === 503 || r.status === 429))
     headers['retry-after'] = String(r.retryAfter);

@@ -22,3 +22,4 @@ export {
 } from './frames.js';
 export { decodePoolStats, encodePoolStats, type EngineStats, type PoolStats } from './stats.js';
 export { rejectReasons, type RejectReason } from './reasons.js';
+export { sluiceHeaders } from './headers.js';
