@@ -18,6 +18,7 @@ export function formatStatus(
     const q = stats.queue;
     lines.push(
       `pool ${pool}  leader ${stats.leader}  drain ${stats.drainPerSecond.toFixed(2)}/s` +
+        (stats.loadState ? `  load ${stats.loadState}` : '') +
         (q ? `  queue: wait ${q.wait} prioritized ${q.prioritized} active ${q.active}` : ''),
     );
     for (const e of stats.engines) {

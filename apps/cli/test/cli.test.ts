@@ -105,7 +105,7 @@ describe('sluice command', () => {
       return code === 0 && stdout.includes('state healthy') ? stdout : undefined;
     }, 'sluice status to show the pool');
     expect(status).toMatch(
-      /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}queue: wait 0 prioritized 0 active 0$/m,
+      /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0$/m,
     );
     expect(status).toMatch(
       new RegExp(

@@ -11,6 +11,7 @@ describe('sluice status output', () => {
             leader: 'd1',
             at: 10_000,
             drainPerSecond: 1.5,
+            loadState: 'tired',
             queue: { wait: 2, prioritized: 1, active: 4 },
             engines: [
               {
@@ -42,7 +43,7 @@ describe('sluice status output', () => {
     );
     expect(text).toBe(
       [
-        'pool reasoning  leader d1  drain 1.50/s  queue: wait 2 prioritized 1 active 4',
+        'pool reasoning  leader d1  drain 1.50/s  load tired  queue: wait 2 prioritized 1 active 4',
         '  engine vllm-0  in-flight 4/4  gate closed (inflight_cap)  state healthy  running 4 waiting 0 kv 42.1%  read 0.5 s ago',
         '  engine vllm-1  in-flight 0/4  gate closed (engine_stale)  state stale  gauges: none yet',
         'pool idle: no leader (no dispatcher has published for 5 s)',

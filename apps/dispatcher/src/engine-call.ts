@@ -41,7 +41,7 @@ export class EngineClient {
   /** Sends `body` to the engine and relays the answer; never throws. */
   async call(
     path: CompletionPath,
-    body: string,
+    body: string | Buffer,
     relay: ReplyRelay,
     signal: AbortSignal,
   ): Promise<CallOutcome> {

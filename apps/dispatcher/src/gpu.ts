@@ -39,3 +39,14 @@ export async function startGpu(
     return undefined;
   }
 }
+
+/** Highest utilization (0..1) of the latest reading, if one is younger than `maxAgeMs`. */
+export function gpuUtilization(
+  source: GpuSource | undefined,
+  maxAgeMs: number,
+  now = Date.now(),
+): number | undefined {
+  const snapshot = source?.latest();
+  if (!snapshot || now - snapshot.at > maxAgeMs || snapshot.gpus.length === 0) return undefined;
+  return Math.max(...snapshot.gpus.map((g) => g.utilization));
+}

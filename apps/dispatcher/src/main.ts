@@ -11,7 +11,7 @@ import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
 import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
-import { startGpu } from './gpu.js';
+import { gpuUtilization, startGpu } from './gpu.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
 import { RelayHub } from './relay.js';
 import { ReplicaLiveness } from './replicas.js';
@@ -111,6 +111,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
           staleAfterFailures: config.engine.staleAfterFailures,
         },
         maxInflightSource: config.maxInflightSource,
+        gpuUtilization: () => gpuUtilization(gpu, config.engine.scrapeIntervalMs * 4),
         log,
         now,
       }),

@@ -29,6 +29,7 @@ import {
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { CancelBook } from './cancels.js';
+import { PoolLoad } from './degrade.js';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
 import { Lease } from './lease.js';
 import type { RelayHub } from './relay.js';
@@ -51,6 +52,8 @@ export interface PoolDispatcherDeps {
   policy: GatePolicy;
   scrape: { intervalMs: number; staleAfterFailures: number };
   maxInflightSource: MaxInflightSource;
+  /** Highest GPU utilization of the latest fresh reading, if a GPU source runs. */
+  gpuUtilization: () => number | undefined;
   log: {
     info(o: object, m: string): void;
     warn(o: object, m: string): void;
@@ -81,6 +84,8 @@ export class PoolDispatcher {
   private releasedSinceStats = 0;
   private drainPerSecond: number | undefined;
   private lastStatsAt: number;
+  private readonly load: PoolLoad;
+  private queuedNow = 0;
 
   constructor(
     readonly pool: PoolConfig,
@@ -132,6 +137,8 @@ export class PoolDispatcher {
       (err) => deps.log.warn({ err, pool: pool.name }, 'lease renewal failed'),
     );
     this.lastStatsAt = deps.now();
+    this.load = new PoolLoad(pool.degradation);
+    this.setLoadMetrics();
   }
 
   get totalCap(): number {
@@ -153,7 +160,9 @@ export class PoolDispatcher {
       Math.max(100, Math.floor(this.deps.leaseTtlMs / 4)),
     );
     const stats = setInterval(() => void this.publishStats(), 1000);
-    this.timers.push(lockRenewal, stats);
+    // The load signal is sampled at the scrape cadence, so the EMA weighs readings evenly.
+    const load = setInterval(() => this.sampleLoad(), this.deps.scrape.intervalMs);
+    this.timers.push(lockRenewal, stats, load);
   }
 
   async close(): Promise<void> {
@@ -279,13 +288,25 @@ export class PoolDispatcher {
     const controller = cancels.register(jobId);
     if (!controller) return skip('cancelled');
 
+    let degraded;
+    try {
+      degraded = this.load.apply(payload.body, payload.path, payload.optOut === true);
+    } catch (err) {
+      // The gateway validated the body; should a rewrite still fail, the request goes as sent.
+      log.error(
+        { jobId, err: (err as Error).message },
+        'degradation rewrite failed: sending the body unchanged',
+      );
+      degraded = { body: payload.body, state: 'normal', degraded: false };
+    }
+    if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
     const relay = hub.open(jobId, keys.replyChannel(payload.replica));
     metrics.released.inc({ pool, engine: engine.name });
     this.releasedSinceStats += 1;
-    relay.start({ engine: engine.name, loadState: 'normal' });
+    relay.start({ engine: engine.name, loadState: degraded.state });
     let outcome;
     try {
-      outcome = await engine.client.call(payload.path, payload.body, relay, controller.signal);
+      outcome = await engine.client.call(payload.path, degraded.body, relay, controller.signal);
     } finally {
       cancels.unregister(jobId);
       hub.close(relay);
@@ -293,6 +314,37 @@ export class PoolDispatcher {
     metrics.completed.inc({ pool, outcome });
     if (outcome === 'ok') await job.moveToCompleted('ok', token, false).catch(() => {});
     else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});
+  }
+
+  /** One reading of the pool's load signal into the degradation state machine. */
+  private sampleLoad(): void {
+    const now = this.deps.now();
+    let kvUsage: number | undefined;
+    for (const e of this.engines)
+      if (e.health === 'healthy' && e.gauges && now - e.gauges.at <= this.deps.policy.maxGaugeAgeMs)
+        kvUsage = Math.max(kvUsage ?? 0, e.gauges.kvUsage);
+    const gpuUtilization = this.deps.gpuUtilization();
+    const queuePressure =
+      this.pool.queueDepth > 0 ? Math.min(1, this.queuedNow / this.pool.queueDepth) : undefined;
+    const before = this.load.profile;
+    if (this.load.update({ kvUsage, gpuUtilization, queuePressure })) {
+      this.deps.log.info(
+        { pool: this.pool.name, from: before, to: this.load.profile, signal: this.load.smoothed },
+        'load state changed',
+      );
+    }
+    this.setLoadMetrics();
+  }
+
+  private setLoadMetrics(): void {
+    const { metrics } = this.deps;
+    for (const profile of this.pool.degradation.profiles)
+      metrics.loadState.set(
+        { pool: this.pool.name, state: profile.name },
+        profile.name === this.load.profile ? 1 : 0,
+      );
+    if (this.load.smoothed !== undefined)
+      metrics.loadSignal.set({ pool: this.pool.name }, this.load.smoothed);
   }
 
   /** Wakes the release loop: a scrape, a GPU reading or a completion changed the picture. */
@@ -388,6 +440,7 @@ export class PoolDispatcher {
     const pool = this.pool.name;
     try {
       const counts = await this.queue.getJobCounts('wait', 'prioritized', 'active');
+      this.queuedNow = (counts['wait'] ?? 0) + (counts['prioritized'] ?? 0);
       const queue = {
         wait: counts['wait'] ?? 0,
         prioritized: counts['prioritized'] ?? 0,
@@ -407,6 +460,7 @@ export class PoolDispatcher {
         at,
         drainPerSecond: this.drainPerSecond,
         queue,
+        loadState: this.load.profile,
         engines: this.engines.map((e) => {
           const decision = gateDecision(e, this.deps.policy, at);
           return {

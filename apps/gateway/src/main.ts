@@ -8,7 +8,13 @@ import {
   Registry,
 } from '@sluice/observability';
 import { peekRequest, RequestPeekError } from '@sluice/openai';
-import { encodeCancel, keySpace, type CompletionPath, type JobPayload } from '@sluice/protocol';
+import {
+  encodeCancel,
+  keySpace,
+  sluiceHeaders,
+  type CompletionPath,
+  type JobPayload,
+} from '@sluice/protocol';
 import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import { discoverModels } from './discovery.js';
@@ -216,6 +222,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       };
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
+      if (route.pool.degradation.allowOptOut && request.headers[sluiceHeaders.degrade] === 'off')
+        payload.optOut = true;
 
       reply.hijack();
       const held = new HeldRequest(

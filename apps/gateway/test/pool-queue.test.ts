@@ -1,5 +1,5 @@
 // The gateway's side of a pool against a real redis-server and BullMQ.
-import type { PoolConfig } from '@sluice/config';
+import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { keySpace, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
@@ -18,6 +18,7 @@ const pool: PoolConfig = {
   engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1 }],
   queueDepth: 3,
   maxParkSeconds: 10,
+  degradation: defaultDegradation,
 };
 
 const payload = (priority = 0): JobPayload => ({

@@ -17,3 +17,13 @@ export {
   smoothRate,
   type RetryAfterInput,
 } from './retry-after.js';
+export {
+  initialLoadState,
+  loadSignal,
+  nextLoadState,
+  type LoadInputs,
+  type LoadProfile,
+  type LoadSignalSource,
+  type LoadState,
+  type LoadStateOptions,
+} from './load-state.js';

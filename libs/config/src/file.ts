@@ -1,9 +1,22 @@
-// The optional YAML file (SLUICE_CONFIG): pools, engines and pass-through models. Validated
-// strictly: an unknown key is an error, because a typo in a file is a bug, not a choice.
+// The optional YAML file (SLUICE_CONFIG): pools, engines, pass-through models and degradation
+// (its blocks are read in degradation.ts). Validated strictly: an unknown key is an error,
+// because a typo in a file is a bug, not a choice.
 import { parseDocument } from 'yaml';
+import {
+  checkDegradation,
+  copyDegradation,
+  readDegradation,
+  type ResolvedDegradation,
+} from './degradation.js';
 import { ConfigError, hidden, show } from './errors.js';
 import { engineNameFromUrl, matching, type Rule } from './rules.js';
-import type { EngineConfig, PassthroughConfig, PoolConfig } from './types.js';
+import type {
+  DegradationConfig,
+  EngineConfig,
+  GpuSource,
+  PassthroughConfig,
+  PoolConfig,
+} from './types.js';
 import { shared } from './variables.js';
 
 /** Values a pool or engine takes when the file does not say. */
@@ -12,6 +25,10 @@ export interface FileDefaults {
   queueDepth: number;
   maxParkSeconds: number;
   apiKey: string | undefined;
+  /** Built-in degradation settings for this environment, under the file's own. */
+  degradation: DegradationConfig;
+  /** `GPU_SOURCE`: `gpu` is a valid degradation signal only when it is not `none`. */
+  gpuSource: GpuSource;
 }
 
 export interface FileContents {
@@ -21,7 +38,7 @@ export interface FileContents {
   usedDefaultCap: boolean;
 }
 
-const TOP_KEYS = ['pools', 'passthrough'] as const;
+const TOP_KEYS = ['pools', 'passthrough', 'degradation'] as const;
 const POOL_KEYS = [
   'name',
   'models',
@@ -29,6 +46,7 @@ const POOL_KEYS = [
   'queueDepth',
   'maxParkSeconds',
   'engines',
+  'degradation',
 ] as const;
 const ENGINE_KEYS = ['url', 'name', 'maxInflight', 'apiKey'] as const;
 const PASSTHROUGH_KEYS = ['model', 'url'] as const;
@@ -45,7 +63,7 @@ const isMapping = (value: unknown): value is Mapping =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Reads one file; every error names the file and the path inside it. */
-class FileChecker {
+export class FileChecker {
   constructor(readonly file: string) {}
 
   error(path: string, detail: string): ConfigError {
@@ -123,6 +141,12 @@ function parseYaml(file: string, text: string): unknown {
 export function readPoolFile(file: string, text: string, defaults: FileDefaults): FileContents {
   const check = new FileChecker(file);
   const root = check.mapping(parseYaml(file, text), '', TOP_KEYS);
+  // The top-level block first: its errors come before any pool's, and pools inherit it.
+  const fileDegradation = readDegradation(check, root, '', {
+    config: defaults.degradation,
+    origin: {},
+  });
+  checkDegradation(check, fileDegradation, defaults.gpuSource);
 
   const modelAt = new Map<string, string>();
   const claimModel = (model: string, path: string) => {
@@ -166,6 +190,8 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const poolCap = check.optional(pool, 'maxInflight', path, shared.maxInflight);
     const queueDepth = check.optional(pool, 'queueDepth', path, shared.queueDepth);
     const maxParkSeconds = check.optional(pool, 'maxParkSeconds', path, shared.maxParkSeconds);
+    const degradation: ResolvedDegradation = readDegradation(check, pool, path, fileDegradation);
+    if (degradation !== fileDegradation) checkDegradation(check, degradation, defaults.gpuSource);
 
     const engines = check
       .list(pool['engines'], `${path}.engines`, 'engines', true)
@@ -212,6 +238,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
       engines,
       queueDepth: queueDepth ?? defaults.queueDepth,
       maxParkSeconds: maxParkSeconds ?? defaults.maxParkSeconds,
+      degradation: copyDegradation(degradation.config),
     });
   });
 

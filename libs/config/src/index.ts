@@ -1,6 +1,7 @@
 export { loadConfig, type ReadFile } from './load.js';
 export { describeVariables } from './variables.js';
 export { ConfigError } from './errors.js';
+export { defaultDegradation } from './degradation.js';
 export {
   createRouter,
   passthroughForModel,
@@ -10,10 +11,14 @@ export {
   type Router,
 } from './router.js';
 export type {
+  DegradationConfig,
+  DegradationProfile,
+  DegradationSignal,
   EngineConfig,
   GpuSource,
   MaxInflightSource,
   PassthroughConfig,
   PoolConfig,
   SluiceConfig,
+  SystemPromptMode,
 } from './types.js';

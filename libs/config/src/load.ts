@@ -1,6 +1,7 @@
 // Environment (+ optional YAML file) → SluiceConfig. Pure apart from the injected readFile:
 // no network, no discovery, no logging. Every value is validated; the first bad one throws.
 import { readFileSync } from 'node:fs';
+import { builtInDegradation } from './degradation.js';
 import { ConfigError, invalid, show } from './errors.js';
 import { readPoolFile } from './file.js';
 import { engineNameFromUrl } from './rules.js';
@@ -85,6 +86,8 @@ export function loadConfig(
   const queueDepth = vars.must('VLLM_MAX_QUEUE_DEPTH');
   const maxParkSeconds = vars.must('ADMISSION_MAX_PARK_SECONDS');
   const apiKey = vars.get('VLLM_API_KEY');
+  const degradation = builtInDegradation(gpuSource);
+  const degradationOff = vars.must('SLUICE_DEGRADATION') === 'off';
 
   let pools: PoolConfig[] = [];
   let passthrough: SluiceConfig['passthrough'] = [];
@@ -95,8 +98,16 @@ export function loadConfig(
       queueDepth,
       maxParkSeconds,
       apiKey,
+      degradation,
+      gpuSource,
     });
-    pools = contents.pools;
+    // SLUICE_DEGRADATION=off switches degradation off everywhere, whatever the file says.
+    pools = degradationOff
+      ? contents.pools.map((pool) => ({
+          ...pool,
+          degradation: { ...pool.degradation, enabled: false },
+        }))
+      : contents.pools;
     passthrough = contents.passthrough;
     const anyEngine = pools.some((pool) => pool.engines.length > 0);
     if (anyEngine && !contents.usedDefaultCap) maxInflightSource = 'config';
@@ -116,6 +127,7 @@ export function loadConfig(
         ],
         queueDepth,
         maxParkSeconds,
+        degradation: { ...degradation, enabled: !degradationOff },
       },
     ];
   }

@@ -21,6 +21,49 @@ export interface PoolConfig {
   queueDepth: number;
   /** Longest wait in the queue, seconds. */
   maxParkSeconds: number;
+  /** Shorter answers under load (DESIGN, Policy: degradation); always present, defaults filled. */
+  degradation: DegradationConfig;
+}
+
+/** A load reading that can drive degradation: KV-cache usage, GPU utilization, queue pressure. */
+export type DegradationSignal = 'kv' | 'gpu' | 'queue';
+
+/** How the instruction reaches a chat request. */
+export type SystemPromptMode = 'prepend' | 'append';
+
+/** One load state. Structurally an `@sluice/admission` `LoadProfile`. */
+export interface DegradationProfile {
+  /** `[a-z0-9_-]`, unique in its list; the `x-sluice-load-state` value and `state` label. */
+  name: string;
+  /** Entered when the smoothed signal is at or above this (0..1); the first profile has 0. */
+  threshold: number;
+  /** System instruction for requests released in this state; absent = none. */
+  instruction?: string;
+  /** `max_tokens` is multiplied by this, in (0, 1]; 1 leaves it untouched. */
+  maxTokensFactor: number;
+}
+
+/** A pool's degradation settings, resolved: defaults, then the file's top level, then the pool. */
+export interface DegradationConfig {
+  enabled: boolean;
+  /** The signal is the maximum of these readings (those available at the moment). */
+  signal: readonly DegradationSignal[];
+  /** EMA weight of a new reading, in (0, 1]. */
+  alpha: number;
+  /** Margin below a state's threshold the smoothed signal must fall under to leave it. */
+  hysteresis: number;
+  /** Floor of a scaled `max_tokens` (never above what the client asked for). */
+  minMaxTokens: number;
+  /** Scaled in place of `max_tokens` when the client sent none. */
+  defaultMaxTokens: number;
+  /** `prepend` a new system message, or `append` to an existing leading one (else prepend). */
+  systemPrompt: SystemPromptMode;
+  /** `/v1/completions`: put `<instruction>\n\n` in front of the prompt; false = untouched. */
+  completionPrefix: boolean;
+  /** Honour the `x-sluice-degrade: off` request header. */
+  allowOptOut: boolean;
+  /** Ascending thresholds, the first at 0. */
+  profiles: readonly DegradationProfile[];
 }
 
 /** An ungated backend (embeddings, Ollama, ...): requests for `model` are proxied straight to `url`. */

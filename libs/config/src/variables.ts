@@ -34,6 +34,7 @@ export const shared = {
 
 export const GPU_SOURCES = ['none', 'nvml', 'dcgm', 'nvidia-smi', 'mock'] as const;
 export const FAIL_MODES = ['open', 'closed'] as const;
+export const SWITCH = ['on', 'off'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 export interface Variable<T> extends Rule<T> {
@@ -56,7 +57,7 @@ const id = matching(/^[A-Za-z0-9._-]{1,128}$/, "1 to 128 letters, digits, '.', '
 export const VARIABLES = {
   SLUICE_CONFIG: v(matching(/^\S(.*\S)?$/, 'a file path'), {
     defaultText: 'unset',
-    help: 'YAML file with pools, engines and pass-through models (see the README); not together with VLLM_URL',
+    help: 'YAML file with pools, engines, pass-through models and degradation profiles (see the README); not together with VLLM_URL',
   }),
   REDIS_URL: v(redisUrl(), {
     fallback: 'redis://127.0.0.1:6379',
@@ -121,6 +122,10 @@ export const VARIABLES = {
   ADMISSION_FAIL_MODE: v(oneOf(FAIL_MODES), {
     fallback: 'open',
     help: 'gauge conditions while the engine state is unknown; the in-flight cap holds either way',
+  }),
+  SLUICE_DEGRADATION: v(oneOf(SWITCH), {
+    fallback: 'on',
+    help: 'shorter answers under load for the VLLM_URL pool; off also switches off every SLUICE_CONFIG pool',
   }),
   MAX_BODY_BYTES: v(integer(1024), {
     fallback: 1_048_576,

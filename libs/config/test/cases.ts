@@ -20,6 +20,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   ADMISSION_MAX_PARK_SECONDS: (c) => c.pools[0]?.maxParkSeconds,
   VLLM_MAX_QUEUE_DEPTH: (c) => c.pools[0]?.queueDepth,
   ADMISSION_FAIL_MODE: (c) => c.admission.failMode,
+  SLUICE_DEGRADATION: (c) => c.pools[0]?.degradation.enabled,
   MAX_BODY_BYTES: (c) => c.limits.maxBodyBytes,
   SSE_HEARTBEAT_SECONDS: (c) => c.limits.heartbeatSeconds,
   SLUICE_SLOW_CLIENT_BYTES: (c) => c.limits.slowClientBytes,
@@ -77,6 +78,7 @@ export const bad: Record<VariableName, string[]> = {
   ADMISSION_MAX_PARK_SECONDS: ['0', '-1', 'inf', '2147484', '2m'],
   VLLM_MAX_QUEUE_DEPTH: ['-1', '1.5', 'x'],
   ADMISSION_FAIL_MODE: ['maybe', 'opened', 'open '],
+  SLUICE_DEGRADATION: ['true', 'false', 'yes', '0', 'of', ' on'],
   MAX_BODY_BYTES: ['1023', '1kb', '0'],
   SSE_HEARTBEAT_SECONDS: ['0', '-1', 'x', '0.0'],
   SLUICE_SLOW_CLIENT_BYTES: ['1023', '4MB'],
@@ -163,6 +165,10 @@ export const good: Record<
   ADMISSION_FAIL_MODE: [
     ['closed', 'closed'],
     ['OPEN', 'open'],
+  ],
+  SLUICE_DEGRADATION: [
+    ['off', false, { VLLM_URL: 'http://e:1' }],
+    ['ON', true, { VLLM_URL: 'http://e:1' }],
   ],
   MAX_BODY_BYTES: [['1024', 1024]],
   SSE_HEARTBEAT_SECONDS: [

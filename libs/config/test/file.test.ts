@@ -87,7 +87,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo in a pool key',
       pool('    queueDepht: 3\n'),
       'pools[0].queueDepht',
-      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines',
+      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines, degradation',
     ],
     [
       'a typo in an engine key',
@@ -99,7 +99,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo at the top level',
       'pool: []\n',
       'pool',
-      '/etc/sluice.yaml: pool is not a known key: expected one of pools, passthrough',
+      '/etc/sluice.yaml: pool is not a known key: expected one of pools, passthrough, degradation',
     ],
     [
       'a fractional cap',
@@ -189,7 +189,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'an empty file',
       '',
       '(document)',
-      '/etc/sluice.yaml: (document)=null is invalid: expected a mapping with keys pools, passthrough',
+      '/etc/sluice.yaml: (document)=null is invalid: expected a mapping with keys pools, passthrough, degradation',
     ],
     [
       'a pass-through entry without url',

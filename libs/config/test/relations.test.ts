@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/index.js';
+import { defaultDegradation, loadConfig } from '../src/index.js';
 import { configError, envError, files } from './helpers.js';
 
 describe('relay timeouts: silence timeout > 2 x liveness', () => {
@@ -77,6 +77,7 @@ describe('SLUICE_CONFIG and VLLM_URL', () => {
         ],
         queueDepth: 8,
         maxParkSeconds: 120,
+        degradation: defaultDegradation,
       },
     ]);
   });

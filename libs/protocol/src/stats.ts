@@ -9,6 +9,8 @@ export interface PoolStats {
   /** Jobs released per second, smoothed. */
   drainPerSecond: number;
   engines: EngineStats[];
+  /** The load state (degradation profile) jobs are released in now. */
+  loadState?: string;
   /** Jobs in the queue by BullMQ state. */
   queue?: { wait: number; prioritized: number; active: number };
 }

@@ -1,0 +1,67 @@
+// Graceful degradation of one pool: the smoothed load picks a profile (normal, tired,
+// lazy, ...), and a job released in a degraded state has its body rewritten on the raw
+// bytes: the profile's instruction added and max_tokens scaled. The rest of the body is
+// passed through byte for byte.
+import {
+  initialLoadState,
+  loadSignal,
+  nextLoadState,
+  type LoadInputs,
+  type LoadState,
+} from '@sluice/admission';
+import type { DegradationConfig } from '@sluice/config';
+import { peekRequest, rewriteRequest } from '@sluice/openai';
+import type { CompletionPath } from '@sluice/protocol';
+
+export interface Degraded {
+  /** What goes to the engine: the client's body, or its rewrite. */
+  body: string | Buffer;
+  /** The profile that applied (`x-sluice-load-state`). */
+  state: string;
+  degraded: boolean;
+}
+
+export class PoolLoad {
+  private state: LoadState = initialLoadState();
+
+  constructor(private readonly config: DegradationConfig) {}
+
+  get profile(): string {
+    return this.config.profiles[this.state.index]?.name ?? 'normal';
+  }
+
+  get smoothed(): number | undefined {
+    return this.state.smoothed;
+  }
+
+  /** Feeds one reading of the configured signal; true when the state changed. */
+  update(inputs: LoadInputs): boolean {
+    if (!this.config.enabled) return false;
+    const before = this.state.index;
+    this.state = nextLoadState(this.state, loadSignal(inputs, this.config.signal), this.config);
+    return this.state.index !== before;
+  }
+
+  /** The body to send for a job released now. */
+  apply(body: string, path: CompletionPath, optOut: boolean): Degraded {
+    const profile = this.config.profiles[this.state.index];
+    if (
+      !this.config.enabled ||
+      !profile ||
+      this.state.index === 0 ||
+      (optOut && this.config.allowOptOut)
+    )
+      return { body, state: this.config.profiles[0]?.name ?? 'normal', degraded: false };
+    const bytes = Buffer.from(body);
+    const rewritten = rewriteRequest(bytes, peekRequest(bytes), {
+      endpoint: path === '/v1/chat/completions' ? 'chat' : 'completion',
+      ...(profile.instruction === undefined ? {} : { instruction: profile.instruction }),
+      systemPrompt: this.config.systemPrompt,
+      completionPrefix: this.config.completionPrefix,
+      maxTokensFactor: profile.maxTokensFactor,
+      minMaxTokens: this.config.minMaxTokens,
+      defaultMaxTokens: this.config.defaultMaxTokens,
+    });
+    return { body: rewritten, state: profile.name, degraded: true };
+  }
+}

@@ -1,0 +1,93 @@
+// Every degradation profile Sluice ships, or shows in an example, is exercised: its
+// threshold selects it, and its rewrite adds its instruction and scales max_tokens.
+// Adding a profile without behaviour fails here.
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { defaultDegradation, loadConfig, type DegradationConfig } from '@sluice/config';
+import { describe, expect, it } from 'vitest';
+import { PoolLoad } from '../src/degrade.ts';
+
+const examples = fileURLToPath(new URL('../../../libs/config/examples/', import.meta.url));
+
+const configs: Array<[string, DegradationConfig]> = [['built-in defaults', defaultDegradation]];
+for (const file of readdirSync(examples).filter((f) => f.endsWith('.yaml')))
+  for (const pool of loadConfig({ SLUICE_CONFIG: `${examples}${file}` }).pools)
+    configs.push([`${file}, pool ${pool.name}`, pool.degradation]);
+
+const cases = configs.flatMap(([where, config]) =>
+  config.profiles.map((profile, index) => ({ where, config, profile, index })),
+);
+
+/** Drives a pool's load into a profile by feeding its threshold as the signal. */
+function loadAt(config: DegradationConfig, level: number): PoolLoad {
+  const load = new PoolLoad(config);
+  for (let i = 0; i < 50; i += 1)
+    load.update({ kvUsage: level, gpuUtilization: level, queuePressure: level });
+  return load;
+}
+
+const chat = (maxTokens: number) =>
+  JSON.stringify({
+    model: 'm',
+    messages: [{ role: 'user', content: 'Explain "admission" in one line.' }],
+    max_tokens: maxTokens,
+    stream: true,
+  });
+
+describe('every shipped degradation profile', () => {
+  it('covers the built-in defaults and every example file', () => {
+    expect(configs.length).toBeGreaterThanOrEqual(2);
+    expect(cases.map((c) => c.profile.name)).toEqual(
+      expect.arrayContaining(['normal', 'tired', 'lazy']),
+    );
+  });
+
+  it.each(cases.map((c) => [`${c.where}: ${c.profile.name}`, c] as const))(
+    '%s',
+    (_name, { config, profile, index }) => {
+      const load = loadAt(config, profile.threshold);
+      const result = load.apply(chat(100), '/v1/chat/completions', false);
+      if (!config.enabled) {
+        expect(result).toEqual({
+          body: chat(100),
+          state: config.profiles[0]!.name,
+          degraded: false,
+        });
+        return;
+      }
+      expect(load.profile).toBe(profile.name);
+      expect(result.state).toBe(profile.name);
+      if (index === 0) {
+        // The lowest profile leaves the body byte for byte as the client sent it.
+        expect(result.degraded).toBe(false);
+        expect(result.body).toBe(chat(100));
+        return;
+      }
+      expect(result.degraded).toBe(true);
+      const sent = JSON.parse(result.body.toString()) as {
+        messages: Array<{ role: string; content: string }>;
+        max_tokens: number;
+        stream: boolean;
+      };
+      expect(sent.max_tokens).toBe(
+        Math.max(config.minMaxTokens, Math.min(100, Math.round(100 * profile.maxTokensFactor))),
+      );
+      if (profile.instruction !== undefined)
+        expect(sent.messages[0]).toEqual({ role: 'system', content: profile.instruction });
+      expect(sent.messages.at(-1)!.content).toBe('Explain "admission" in one line.');
+      expect(sent.stream).toBe(true);
+    },
+  );
+
+  it('honours x-sluice-degrade: off only where the pool allows it', () => {
+    const lazy = defaultDegradation.profiles.at(-1)!;
+    expect(
+      loadAt(defaultDegradation, lazy.threshold).apply(chat(100), '/v1/chat/completions', true)
+        .degraded,
+    ).toBe(true);
+    const allowing = { ...defaultDegradation, allowOptOut: true };
+    expect(loadAt(allowing, lazy.threshold).apply(chat(100), '/v1/chat/completions', true)).toEqual(
+      { body: chat(100), state: 'normal', degraded: false },
+    );
+  });
+});
