@@ -142,6 +142,8 @@ describe('waiting clients', () => {
       (all.slice(0, firstData).match(/: keep-alive\n\n/g) ?? []).length,
     ).toBeGreaterThanOrEqual(3);
     expect(all.endsWith('data: [DONE]\n\n')).toBe(true);
+    // Its headers left before the release: the load state that applied comes in-band.
+    expect(all.slice(0, firstData)).toContain(': x-sluice-load-state: normal\n\n');
   });
 
   it('gives 503 park_timeout with Retry-After to a client still queued after ADMISSION_MAX_PARK_SECONDS, and removes its job', async () => {

@@ -141,6 +141,9 @@ export class HeldRequest {
     this.engine = engine;
     this.loadState = loadState;
     clearTimeout(this.parkTimer);
+    // A stream whose headers went out with a keep-alive learns the load state in-band.
+    if (this.stream && this.res.headersSent && !this.res.destroyed)
+      this.res.write(`: ${sluiceHeaders.loadState}: ${loadState}\n\n`);
     this.hooks.onStarted(this, (this.hooks.now() - this.enqueuedAt) / 1000);
   }
 
