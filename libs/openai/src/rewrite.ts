@@ -1,0 +1,389 @@
+// The release-time rewrite: degrade a request (add an instruction, scale its token limit) by
+// splicing bytes into the raw body at the spans peekRequest found, never by parsing and
+// re-serialising it. Every byte outside the edited spots is copied as it is, once.
+
+import { Buffer } from 'node:buffer';
+import { decodeString } from './decode.js';
+import { bindWords, lastStringEscaped, releaseWords, scanString, skipWhitespace } from './scan.js';
+import type { ByteSpan, PeekedRequest } from './types.js';
+
+/** How to degrade one request; see the README's "Rewrite" section. */
+export interface RewritePlan {
+  /** Which API the body is for: `chat` (`messages`) or `completion` (`prompt`). */
+  readonly endpoint: 'chat' | 'completion';
+  /** Text to add; undefined (or '') = no instruction. */
+  readonly instruction?: string | undefined;
+  /**
+   * chat: 'prepend' a new `{"role":"system","content":instruction}` as messages[0]; 'append' =
+   * if messages[0] is a system message whose content is a JSON string, append
+   * "\n\n" + instruction to that string, else prepend as above.
+   */
+  readonly systemPrompt: 'prepend' | 'append';
+  /**
+   * completion: put `${instruction}\n\n` in front of a string prompt (or a one-string array
+   * prompt); false = leave the prompt untouched. Token-id prompts are never touched.
+   */
+  readonly completionPrefix: boolean;
+  /**
+   * Scale for the token limit: `max_tokens` and/or `max_completion_tokens`, whichever the client
+   * sent (both if both), rounded, floored at `minMaxTokens`, never raised above the original.
+   * When the client sent neither, `max_tokens` is set from `defaultMaxTokens` the same way.
+   * 1 = leave token limits alone. A finite number ≥ 0.
+   */
+  readonly maxTokensFactor: number;
+  /** Floor of a scaled limit; an integer ≥ 1 (vLLM refuses `max_tokens` 0). */
+  readonly minMaxTokens: number;
+  /** The limit scaled when the client sent none (per model); an integer ≥ 1. */
+  readonly defaultMaxTokens: number;
+}
+
+function checkPlan(plan: RewritePlan): void {
+  const f = plan.maxTokensFactor;
+  if (typeof f !== 'number' || !Number.isFinite(f) || f < 0) {
+    throw new RangeError(`maxTokensFactor must be a finite number >= 0, got ${String(f)}`);
+  }
+  for (const key of ['minMaxTokens', 'defaultMaxTokens'] as const) {
+    const v = plan[key];
+    if (!Number.isSafeInteger(v) || v < 1) {
+      throw new RangeError(`${key} must be an integer >= 1, got ${String(v)}`);
+    }
+  }
+  if (plan.instruction !== undefined && typeof plan.instruction !== 'string') {
+    throw new RangeError('instruction must be a string or undefined');
+  }
+}
+
+/**
+ * The token limit the rewrite sets for a field whose value was `original` (undefined: the client
+ * sent no limit at all, so `defaultMaxTokens` is scaled). Undefined when the factor is 1 and
+ * there was no original: nothing is set then. Equal to `original` when the rewrite leaves it.
+ */
+export function plannedMaxTokens(
+  original: number | undefined,
+  plan: RewritePlan,
+): number | undefined {
+  checkPlan(plan);
+  return planned(original, plan);
+}
+
+function planned(original: number | undefined, plan: RewritePlan): number | undefined {
+  if (plan.maxTokensFactor === 1) return original;
+  const base = original ?? plan.defaultMaxTokens;
+  return Math.min(base, Math.max(plan.minMaxTokens, Math.round(base * plan.maxTokensFactor)));
+}
+
+/** One splice: bytes [start, end) of the body are replaced by `bytes` (an insert when equal). */
+interface Edit {
+  readonly start: number;
+  readonly end: number;
+  readonly bytes: Uint8Array;
+}
+
+const utf8 = (text: string): Buffer => Buffer.from(text, 'utf8');
+
+/** `text` as the inside of a JSON string (no quotes): JSON.stringify's escaping. */
+const escaped = (text: string): string => JSON.stringify(text).slice(1, -1);
+
+/** The bytes an instruction is spliced in as, escaped and encoded once per instruction. */
+class Encoded {
+  private message: Buffer | undefined;
+  private messageComma: Buffer | undefined;
+  private suffix: Buffer | undefined;
+  private prefix: Buffer | undefined;
+  constructor(private readonly instruction: string) {}
+  /** `{"role":"system","content":"…"}`, with a ',' after it when more elements follow. */
+  systemMessage(comma: boolean): Buffer {
+    if (comma) {
+      return (this.messageComma ??= utf8(
+        `{"role":"system","content":"${escaped(this.instruction)}"},`,
+      ));
+    }
+    return (this.message ??= utf8(`{"role":"system","content":"${escaped(this.instruction)}"}`));
+  }
+  /** `\n\n…`: the end of a system prompt's string. */
+  appended(): Buffer {
+    return (this.suffix ??= utf8(escaped(`\n\n${this.instruction}`)));
+  }
+  /** `…\n\n`: the start of a prompt string. */
+  prefixed(): Buffer {
+    return (this.prefix ??= utf8(escaped(`${this.instruction}\n\n`)));
+  }
+}
+
+// Profiles are few and their instructions fixed, so the encodings are kept (never mutated:
+// Buffer.concat copies them). Pure memoisation; the cache is dropped whole when it fills.
+const ENCODED = new Map<string, Encoded>();
+const ENCODED_MAX = 64;
+
+function encoded(instruction: string): Encoded {
+  let e = ENCODED.get(instruction);
+  if (e === undefined) {
+    if (ENCODED.size >= ENCODED_MAX) ENCODED.clear();
+    e = new Encoded(instruction);
+    ENCODED.set(instruction, e);
+  }
+  return e;
+}
+
+function asBuffer(b: Uint8Array): Buffer {
+  return Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.length);
+}
+
+function mismatch(what: string): RangeError {
+  return new RangeError(`rewriteRequest: the peeked ${what} does not match this body`);
+}
+
+/** Cheap checks that `peeked` came from `b`: the bytes its spans start and end on. */
+function checkPeeked(b: Uint8Array, p: PeekedRequest): void {
+  const { objectStart: os, objectEnd: oe } = p;
+  if (!(os >= 0 && oe > os && oe < b.length && b[os] === 0x7b && b[oe] === 0x7d)) {
+    throw mismatch('object');
+  }
+  const inside = (s: ByteSpan | undefined, what: string): void => {
+    if (s !== undefined && !(s.start > os && s.end > s.start && s.end <= oe)) throw mismatch(what);
+  };
+  inside(p.messages, 'messages');
+  inside(p.prompt, 'prompt');
+  inside(p.maxTokensSpan, 'max_tokens');
+  inside(p.maxCompletionTokensSpan, 'max_completion_tokens');
+  if (p.messages !== undefined) {
+    if (b[p.messages.start] !== 0x5b || b[p.messages.end - 1] !== 0x5d) throw mismatch('messages');
+  }
+}
+
+/**
+ * Rewrites a request body that `peeked` (peekRequest's result for exactly these bytes)
+ * describes, following `plan`. Returns `body` itself when nothing changes, else a new buffer
+ * built in one pass from slices of `body` and the inserted bytes. Throws RangeError for a bad
+ * plan or a `peeked` that does not fit the body.
+ */
+export function rewriteRequest(
+  body: Buffer | Uint8Array,
+  peeked: PeekedRequest,
+  plan: RewritePlan,
+): Buffer {
+  checkPlan(plan);
+  checkPeeked(body, peeked);
+  const edits: Edit[] = [];
+  const instruction = plan.instruction;
+  if (instruction !== undefined && instruction !== '') {
+    const text = encoded(instruction);
+    // scanString may read the body a word at a time while it is bound.
+    bindWords(body);
+    try {
+      if (plan.endpoint === 'chat') {
+        if (peeked.messages !== undefined) {
+          edits.push(instructMessages(body, peeked.messages, text, plan.systemPrompt));
+        }
+      } else if (plan.completionPrefix && peeked.prompt !== undefined) {
+        const edit = prefixPrompt(body, peeked.prompt, text);
+        if (edit !== undefined) edits.push(edit);
+      }
+    } finally {
+      releaseWords();
+    }
+  }
+  if (plan.maxTokensFactor !== 1) scaleLimits(body, peeked, plan, edits);
+  return edits.length === 0 ? asBuffer(body) : splice(body, edits);
+}
+
+/** The body with `edits` applied, built from slices in ascending order with one copy. */
+function splice(b: Uint8Array, edits: Edit[]): Buffer {
+  edits.sort((x, y) => x.start - y.start || x.end - y.end);
+  const parts: Uint8Array[] = [];
+  let at = 0;
+  let length = b.length;
+  for (const e of edits) {
+    if (e.start < at) throw new Error('rewriteRequest: overlapping edits (a bug)');
+    if (e.start > at) parts.push(b.subarray(at, e.start));
+    parts.push(e.bytes);
+    length += e.bytes.length - (e.end - e.start);
+    at = e.end;
+  }
+  if (at < b.length) parts.push(b.subarray(at));
+  return Buffer.concat(parts, length);
+}
+
+// --- chat: the system instruction ---------------------------------------------------------
+
+function instructMessages(
+  b: Uint8Array,
+  messages: ByteSpan,
+  text: Encoded,
+  mode: 'prepend' | 'append',
+): Edit {
+  const first = skipWhitespace(b, messages.start + 1, messages.end);
+  const empty = first === messages.end - 1; // only ']' is left
+  if (mode === 'append' && !empty) {
+    const close = systemContentClose(b, first, messages.end);
+    if (close >= 0) return { start: close, end: close, bytes: text.appended() };
+  }
+  return { start: messages.start + 1, end: messages.start + 1, bytes: text.systemMessage(!empty) };
+}
+
+const OTHER = 0;
+const ROLE = 1;
+const CONTENT = 2;
+/** Longest raw key that can unescape to `content`: 7 characters, 6 bytes each as \uXXXX. */
+const MAX_ESCAPED_KEY = 7 * 6;
+
+/** Which member the raw key bytes [s, e) name, compared after unescaping. */
+function memberKey(b: Uint8Array, s: number, e: number, isEscaped: boolean): number {
+  if (isEscaped) {
+    if (e - s > MAX_ESCAPED_KEY) return OTHER;
+    const key = decodeString(b, s, e);
+    return key === 'role' ? ROLE : key === 'content' ? CONTENT : OTHER;
+  }
+  if (
+    e - s === 4 &&
+    b[s] === 0x72 /* r */ &&
+    b[s + 1] === 0x6f /* o */ &&
+    b[s + 2] === 0x6c /* l */ &&
+    b[s + 3] === 0x65 /* e */
+  ) {
+    return ROLE;
+  }
+  if (
+    e - s === 7 &&
+    b[s] === 0x63 /* c */ &&
+    b[s + 1] === 0x6f /* o */ &&
+    b[s + 2] === 0x6e /* n */ &&
+    b[s + 3] === 0x74 /* t */ &&
+    b[s + 4] === 0x65 /* e */ &&
+    b[s + 5] === 0x6e /* n */ &&
+    b[s + 6] === 0x74 /* t */
+  ) {
+    return CONTENT;
+  }
+  return OTHER;
+}
+
+/** Whether the string content [s, e) is `system`, compared after unescaping. */
+function isSystem(b: Uint8Array, s: number, e: number, isEscaped: boolean): boolean {
+  if (isEscaped) return e - s <= 6 * 6 && decodeString(b, s, e) === 'system';
+  return (
+    e - s === 6 &&
+    b[s] === 0x73 /* s */ &&
+    b[s + 1] === 0x79 /* y */ &&
+    b[s + 2] === 0x73 /* s */ &&
+    b[s + 3] === 0x74 /* t */ &&
+    b[s + 4] === 0x65 /* e */ &&
+    b[s + 5] === 0x6d /* m */
+  );
+}
+
+/**
+ * Skips one non-string value of the validated body at `i`: a container with everything in it
+ * (depth counted, no recursion), or a number or literal. Returns the position after it.
+ */
+function skipOther(b: Uint8Array, i: number, n: number): number {
+  let c = b[i]!;
+  if (c !== 0x7b /* { */ && c !== 0x5b /* [ */) {
+    // A number or a literal: runs to the next structural byte or whitespace.
+    while (i < n) {
+      c = b[i]!;
+      if (c === 0x2c || c === 0x7d || c === 0x5d || c === 0x20 || c === 0x0a) break;
+      if (c === 0x0d || c === 0x09) break;
+      i++;
+    }
+    return i;
+  }
+  let depth = 0;
+  while (i < n) {
+    c = b[i++]!;
+    if (c === 0x22 /* " */) i = scanString(b, i, n);
+    else if (c === 0x7b /* { */ || c === 0x5b /* [ */) depth++;
+    else if ((c === 0x7d /* } */ || c === 0x5d) /* ] */ && --depth === 0) return i;
+  }
+  return i;
+}
+
+/**
+ * Looks at the first element of `messages` only (it starts at `i`; `n` is one past the
+ * array's ']'): when it is an object whose `role` is "system" and whose `content` is a string
+ * (the last of duplicate keys counting, as JSON.parse has it), returns the offset of that
+ * string's closing quote; otherwise -1. Nested values are skipped by depth counting, so the
+ * scan is bounded by the first element and needs no recursion.
+ */
+function systemContentClose(b: Uint8Array, i: number, n: number): number {
+  if (b[i] !== 0x7b /* { */) return -1;
+  i = skipWhitespace(b, i + 1, n);
+  let system = false;
+  let close = -1;
+  while (i < n && b[i] === 0x22 /* " */) {
+    const keyStart = i + 1;
+    i = scanString(b, keyStart, n);
+    const id = memberKey(b, keyStart, i - 1, lastStringEscaped());
+    i = skipWhitespace(b, i, n); // to ':'
+    const value = skipWhitespace(b, i + 1, n);
+    if (b[value] === 0x22 /* " */) {
+      i = scanString(b, value + 1, n);
+      if (id === ROLE) system = isSystem(b, value + 1, i - 1, lastStringEscaped());
+      else if (id === CONTENT) close = i - 1;
+    } else {
+      i = skipOther(b, value, n);
+      if (id === ROLE) system = false;
+      else if (id === CONTENT) close = -1;
+    }
+    i = skipWhitespace(b, i, n);
+    if (b[i] !== 0x2c /* , */) break; // '}': the element ends
+    i = skipWhitespace(b, i + 1, n);
+  }
+  return system ? close : -1;
+}
+
+// --- completion: the prompt prefix ---------------------------------------------------------
+
+function prefixPrompt(b: Uint8Array, prompt: ByteSpan, text: Encoded): Edit | undefined {
+  let at = -1;
+  if (b[prompt.start] === 0x22 /* " */) {
+    at = prompt.start + 1;
+  } else if (b[prompt.start] === 0x5b /* [ */) {
+    // Only a one-string array: ["…"]. Token ids ([1,2], [[1,2]]) and batches stay as they are.
+    const first = skipWhitespace(b, prompt.start + 1, prompt.end);
+    if (b[first] === 0x22 /* " */) {
+      const after = skipWhitespace(b, scanString(b, first + 1, prompt.end), prompt.end);
+      if (after === prompt.end - 1) at = first + 1;
+    }
+  }
+  if (at < 0) return undefined;
+  return { start: at, end: at, bytes: text.prefixed() };
+}
+
+// --- token limits ---------------------------------------------------------------------------
+
+function scaleLimits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan, edits: Edit[]): void {
+  const replace = (span: ByteSpan, value: number): void => {
+    edits.push({ start: span.start, end: span.end, bytes: utf8(String(value)) });
+  };
+  if (p.maxTokens !== undefined || p.maxCompletionTokens !== undefined) {
+    for (const [original, span] of [
+      [p.maxTokens, p.maxTokensSpan],
+      [p.maxCompletionTokens, p.maxCompletionTokensSpan],
+    ] as const) {
+      if (original === undefined || span === undefined) continue;
+      const value = planned(original, plan)!;
+      if (value !== original) replace(span, value);
+    }
+    return;
+  }
+  // Neither was sent (or both are null): max_tokens, for chat too (vLLM accepts it there).
+  const value = planned(undefined, plan)!;
+  if (p.maxTokensSpan !== undefined) {
+    replace(p.maxTokensSpan, value); // "max_tokens": null, the last of its key
+    return;
+  }
+  // A new last member, right after the last value, so whitespace before '}' stays after it.
+  let last = p.objectEnd - 1;
+  while (last > p.objectStart) {
+    const c = b[last]!;
+    if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) last--;
+    else break;
+  }
+  const empty = last === p.objectStart;
+  edits.push({
+    start: last + 1,
+    end: last + 1,
+    bytes: utf8(`${empty ? '' : ','}"max_tokens":${value}`),
+  });
+}

@@ -1,0 +1,242 @@
+import { Buffer } from 'node:buffer';
+import fc from 'fast-check';
+import type { JsonValue } from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { peekRequest, rewriteRequest } from '../src/index.js';
+import type { RewritePlan } from '../src/index.js';
+import { Members, RawNumber, serialize, style } from './arbitraries.js';
+import { expectedRewrite, expectSpliced } from './rewrite-helpers.js';
+
+// serialize() writes a Members anywhere in a value, which its own Value type does not spell out.
+type Value = JsonValue | RawNumber | Members | Value[];
+type Entry = readonly [string, Value];
+const members = (entries: Entry[]): Members =>
+  new Members(entries as unknown as ConstructorParameters<typeof Members>[0]);
+
+/** Strings with everything JSON must escape, non-ASCII text, emoji and lone surrogates. */
+const text = fc.oneof(
+  { weight: 3, arbitrary: fc.string({ maxLength: 30 }) },
+  fc.string({ unit: 'binary', maxLength: 20 }),
+  fc.string({ unit: 'grapheme', maxLength: 10 }),
+  fc.constantFrom(
+    '',
+    'say "hi"\n\tnow',
+    'C:\\path\\file',
+    'café 中文 😀',
+    '\u2028\u2029',
+    '\ud800',
+    '\udc00x',
+    '\u0000\u001f',
+    '}],{"role":"system"',
+  ),
+);
+const json = fc.jsonValue({ maxDepth: 3 });
+/** A key that is none of the fields Sluice reads (those are generated on purpose). */
+const junkKey = fc
+  .oneof(fc.string({ maxLength: 12 }), fc.constantFrom('role', 'content', '__proto__', 'n'))
+  .filter(
+    (k) =>
+      !['model', 'stream', 'max_tokens', 'max_completion_tokens', 'messages', 'prompt'].includes(k),
+  );
+
+/** Members of a message object in random order, sometimes with duplicates or nested junk. */
+const messageObject = (role: fc.Arbitrary<string>) =>
+  fc
+    .record({
+      role,
+      content: fc.oneof(
+        { weight: 5, arbitrary: text },
+        // multimodal content parts: nested objects in the first element
+        fc.array(fc.record({ type: fc.constant('text'), text }), { maxLength: 3 }),
+        fc.constant(null),
+      ),
+      extra: fc.array(fc.tuple(junkKey, json), { maxLength: 2 }),
+      // an earlier duplicate of role or content that the last one overrides
+      shadow: fc.oneof(
+        { weight: 4, arbitrary: fc.constant(undefined) },
+        { weight: 1, arbitrary: fc.tuple(fc.constantFrom('role', 'content'), json) },
+      ),
+      order: fc.nat(),
+      // now and then a message without a role
+      dropRole: fc.nat(9).map((k) => k === 0),
+    })
+    .map(({ role: r, content, extra, shadow, order, dropRole }) => {
+      const entries: Entry[] = [...extra];
+      entries.splice(order % (entries.length + 1), 0, ['content', content]);
+      if (!dropRole) entries.splice((order >> 3) % (entries.length + 1), 0, ['role', r]);
+      if (shadow !== undefined) entries.unshift(shadow);
+      return members(entries) as Value;
+    });
+
+const messages = fc
+  .record({
+    systemFirst: fc.boolean(),
+    first: messageObject(fc.constantFrom('system', 'system', 'user', 'developer', 'System')),
+    rest: fc.array(messageObject(fc.constantFrom('user', 'assistant', 'system', 'tool')), {
+      maxLength: 4,
+    }),
+    // now and then a first element that is not an object
+    odd: fc.oneof(
+      { weight: 8, arbitrary: fc.constant(undefined) },
+      { weight: 1, arbitrary: fc.oneof(json, fc.constant('system')) },
+    ),
+  })
+  .map(({ systemFirst, first, rest, odd }) => {
+    const list: Value[] = systemFirst ? [first, ...rest] : rest;
+    if (odd !== undefined) list.unshift(odd as Value); // a first element that is not an object
+    return list as Value;
+  });
+
+const limit = fc.oneof(
+  { weight: 6, arbitrary: fc.nat(100_000).map((v) => v as Value) },
+  fc.constant(null),
+  fc.constantFrom('1e2', '100.0', '1E+3', '-0', '0', '5').map((t) => new RawNumber(t) as Value),
+);
+
+const prompt = fc.oneof(
+  text.map((t) => t as Value),
+  fc.tuple(text).map((t) => t as Value),
+  fc.array(text, { minLength: 2, maxLength: 3 }).map((t) => t as Value),
+  fc.array(fc.nat(50_000), { maxLength: 5 }).map((t) => t as Value),
+  fc.array(fc.array(fc.nat(50_000), { maxLength: 3 }), { maxLength: 2 }).map((t) => t as Value),
+  fc.constant(null),
+);
+
+/** A valid request: model first or not, optional fields in random order, junk, duplicates. */
+const request = fc
+  .record({
+    model: text,
+    messages: fc.option(fc.oneof({ weight: 8, arbitrary: messages }, fc.constant(null)), {
+      freq: 6,
+      nil: undefined,
+    }),
+    prompt: fc.option(prompt, { freq: 3, nil: undefined }),
+    maxTokens: fc.option(limit, { nil: undefined }),
+    maxCompletionTokens: fc.option(limit, { nil: undefined }),
+    stream: fc.option(fc.oneof(fc.boolean(), fc.constant(null)), { nil: undefined }),
+    junk: fc.array(fc.tuple(junkKey, json), { maxLength: 3 }),
+    shadows: fc.array(
+      fc.tuple(fc.constantFrom('max_tokens', 'messages', 'prompt', 'max_completion_tokens'), json),
+      { maxLength: 2 },
+    ),
+    order: fc.array(fc.nat(), { minLength: 8, maxLength: 8 }),
+  })
+  .map((r) => {
+    const entries: Entry[] = [...r.junk];
+    const add = (k: number, key: string, v: Value | undefined) => {
+      if (v !== undefined) entries.splice(r.order[k]! % (entries.length + 1), 0, [key, v]);
+    };
+    add(0, 'model', r.model);
+    add(1, 'messages', r.messages);
+    add(2, 'prompt', r.prompt);
+    add(3, 'max_tokens', r.maxTokens);
+    add(4, 'max_completion_tokens', r.maxCompletionTokens);
+    add(5, 'stream', r.stream);
+    // Duplicates of a field come before its last occurrence, so the last one counts.
+    for (const [key, v] of r.shadows) {
+      const last = entries.findIndex(([k]) => k === key);
+      if (last >= 0) entries.splice(last, 0, [key, v]);
+    }
+    return members(entries);
+  });
+
+const plan: fc.Arbitrary<RewritePlan> = fc.record({
+  endpoint: fc.constantFrom('chat', 'completion'),
+  instruction: fc.option(text, { freq: 5, nil: undefined }),
+  systemPrompt: fc.constantFrom('prepend', 'append'),
+  completionPrefix: fc.boolean(),
+  maxTokensFactor: fc.oneof(
+    fc.constant(1),
+    fc.constantFrom(0, 0.3, 0.5, 0.7, 1.5),
+    fc.double({ min: 0, max: 2, noNaN: true }),
+  ),
+  minMaxTokens: fc.integer({ min: 1, max: 300 }),
+  defaultMaxTokens: fc.integer({ min: 1, max: 8192 }),
+});
+
+function check(body: Buffer, p: RewritePlan): Buffer {
+  const peeked = peekRequest(body);
+  const out = rewriteRequest(body, peeked, p);
+  const expected = expectedRewrite(body, peeked, p);
+  expect(JSON.parse(out.toString('utf8'))).toStrictEqual(expected.value);
+  expectSpliced(body, out, expected.edits);
+  if (expected.edits.length === 0) expect(out).toBe(body);
+  // What comes out is a request the peek (and so the gateway) accepts again.
+  const again = peekRequest(out);
+  expect(again.model).toBe(peeked.model);
+  expect(again.stream).toBe(peeked.stream);
+  return out;
+}
+
+describe('rewriteRequest agrees with JSON.parse + object edits', () => {
+  it('on random request bodies and plans: value, and untouched bytes', () => {
+    let changed = 0;
+    let appended = 0;
+    fc.assert(
+      fc.property(request, style, plan, (req, s, p) => {
+        const body = Buffer.from(serialize(req, s), 'utf8');
+        const out = check(body, p);
+        if (out !== body) changed++;
+        if (
+          p.systemPrompt === 'append' &&
+          p.endpoint === 'chat' &&
+          p.instruction &&
+          out.length > body.length
+        ) {
+          const v = JSON.parse(body.toString()) as { messages?: unknown };
+          const w = JSON.parse(out.toString()) as { messages?: unknown };
+          if (
+            Array.isArray(v.messages) &&
+            Array.isArray(w.messages) &&
+            v.messages.length === w.messages.length
+          ) {
+            appended++;
+          }
+        }
+      }),
+      { numRuns: 3000 },
+    );
+    // The generator must reach the interesting paths, or the checks prove little.
+    expect(changed).toBeGreaterThan(1000);
+    expect(appended).toBeGreaterThan(30);
+  });
+
+  it('whatever the alignment of the bytes in their buffer (long strings, word scanning)', () => {
+    const long = fc.string({ minLength: 200, maxLength: 600 });
+    fc.assert(
+      fc.property(
+        long,
+        long,
+        fc.nat(7),
+        fc.constantFrom('append', 'prepend'),
+        text,
+        (system, prompt, pad, mode, instruction) => {
+          const source = JSON.stringify({
+            model: 'm',
+            messages: [
+              { role: 'system', content: system },
+              { role: 'user', content: prompt },
+            ],
+            prompt: [prompt],
+          });
+          const raw = Buffer.from(source);
+          const backing = Buffer.alloc(raw.length + pad + 3, 0x22);
+          raw.copy(backing, pad);
+          const body = backing.subarray(pad, pad + raw.length);
+          for (const endpoint of ['chat', 'completion'] as const) {
+            check(body, {
+              endpoint,
+              instruction,
+              systemPrompt: mode,
+              completionPrefix: true,
+              maxTokensFactor: 0.5,
+              minMaxTokens: 1,
+              defaultMaxTokens: 100,
+            });
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});

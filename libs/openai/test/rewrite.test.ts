@@ -1,0 +1,357 @@
+import { Buffer } from 'node:buffer';
+import { describe, expect, it } from 'vitest';
+import { peekRequest, plannedMaxTokens, rewriteRequest } from '../src/index.js';
+import type { PeekedRequest, RewritePlan } from '../src/index.js';
+import { basePlan } from './rewrite-helpers.js';
+
+const rewrite = (text: string, plan: Partial<RewritePlan>): string => {
+  const body = Buffer.from(text);
+  return rewriteRequest(body, peekRequest(body), { ...basePlan, ...plan }).toString();
+};
+const tired: Partial<RewritePlan> = { instruction: 'Answer concisely.', maxTokensFactor: 0.7 };
+
+describe('rewriteRequest: members of the top-level object', () => {
+  it('adds max_tokens to an object with no members (a peek the caller built)', () => {
+    const body = Buffer.from(' {  \n } ');
+    const peeked: PeekedRequest = {
+      model: 'm',
+      stream: undefined,
+      maxTokens: undefined,
+      maxCompletionTokens: undefined,
+      messages: undefined,
+      prompt: undefined,
+      modelSpan: { start: 2, end: 2 },
+      streamSpan: undefined,
+      maxTokensSpan: undefined,
+      maxCompletionTokensSpan: undefined,
+      objectStart: 1,
+      objectEnd: 6,
+    };
+    const out = rewriteRequest(body, peeked, { ...basePlan, maxTokensFactor: 0.5 });
+    expect(out.toString()).toBe(' {"max_tokens":500  \n } ');
+  });
+
+  it('adds max_tokens after the only member, keeping the whitespace before }', () => {
+    expect(rewrite('{"model":"m"}', { maxTokensFactor: 0.5 })).toBe(
+      '{"model":"m","max_tokens":500}',
+    );
+    expect(rewrite('\n{\n  "model": "m"\n}\n', { maxTokensFactor: 0.5 })).toBe(
+      '\n{\n  "model": "m","max_tokens":500\n}\n',
+    );
+  });
+
+  it('chat with only messages: a system message, and max_tokens at the end', () => {
+    expect(rewrite('{"model":"m","messages":[]}', tired)).toBe(
+      '{"model":"m","messages":[{"role":"system","content":"Answer concisely."}],' +
+        '"max_tokens":700}',
+    );
+    expect(rewrite('{"messages":[ ],"model":"m"}', tired)).toBe(
+      '{"messages":[{"role":"system","content":"Answer concisely."} ],"model":"m",' +
+        '"max_tokens":700}',
+    );
+  });
+
+  it('returns the very same buffer when there is nothing to do', () => {
+    const body = Buffer.from('{"model":"m","messages":[],"max_tokens":5}');
+    const peeked = peekRequest(body);
+    expect(rewriteRequest(body, peeked, basePlan)).toBe(body);
+    expect(rewriteRequest(body, peeked, { ...basePlan, instruction: '' })).toBe(body);
+    // never raised: 5 is below the floor, so it stays
+    expect(rewriteRequest(body, peeked, { ...basePlan, maxTokensFactor: 0.3 })).toBe(body);
+    // completions are not touched by a chat plan's messages, nor chat by a completion plan's
+    expect(
+      rewriteRequest(body, peeked, { ...basePlan, endpoint: 'completion', instruction: 'x' }),
+    ).toBe(body);
+  });
+
+  it('takes a Uint8Array that is a slice of a larger buffer', () => {
+    const backing = Buffer.from('xx{"model":"m","max_tokens":100}yy');
+    const body = new Uint8Array(backing.buffer, backing.byteOffset + 2, backing.length - 4);
+    const out = rewriteRequest(body, peekRequest(body), { ...basePlan, maxTokensFactor: 0.5 });
+    expect(Buffer.isBuffer(out)).toBe(true);
+    expect(out.toString()).toBe('{"model":"m","max_tokens":50}');
+  });
+});
+
+describe('rewriteRequest: the system instruction (chat)', () => {
+  const chat = (first: string) =>
+    `{"model":"m","messages":[${first},{"role":"user","content":"hi"}]}`;
+
+  it("'prepend' puts a new system message first, even before a system message", () => {
+    expect(rewrite(chat('{"role":"system","content":"S"}'), { instruction: 'I' })).toBe(
+      chat('{"role":"system","content":"I"},{"role":"system","content":"S"}'),
+    );
+  });
+
+  it("'append' adds to a leading system message's string content", () => {
+    const plan = { instruction: 'I', systemPrompt: 'append' as const };
+    expect(rewrite(chat('{"role":"system","content":"S"}'), plan)).toBe(
+      chat('{"role":"system","content":"S\\n\\nI"}'),
+    );
+    expect(rewrite(chat('{ "content" : "S" , "name":"x", "role" : "system" }'), plan)).toBe(
+      chat('{ "content" : "S\\n\\nI" , "name":"x", "role" : "system" }'),
+    );
+    expect(rewrite(chat('{"role":"system","content":""}'), plan)).toBe(
+      chat('{"role":"system","content":"\\n\\nI"}'),
+    );
+  });
+
+  it("'append' prepends when the first message is not a system message", () => {
+    const plan = { instruction: 'I', systemPrompt: 'append' as const };
+    expect(rewrite(chat('{"role":"user","content":"S"}'), plan)).toBe(
+      chat('{"role":"system","content":"I"},{"role":"user","content":"S"}'),
+    );
+    expect(rewrite(chat('{"role":"developer","content":"S"}'), plan)).toBe(
+      chat('{"role":"system","content":"I"},{"role":"developer","content":"S"}'),
+    );
+    expect(rewrite(chat('{"content":"S"}'), plan)).toBe(
+      chat('{"role":"system","content":"I"},{"content":"S"}'),
+    );
+    expect(rewrite('{"model":"m","messages":[]}', plan)).toBe(
+      '{"model":"m","messages":[{"role":"system","content":"I"}]}',
+    );
+  });
+
+  it("'append' prepends when the system message's content is multimodal or null", () => {
+    const plan = { instruction: 'I', systemPrompt: 'append' as const };
+    const parts = '{"role":"system","content":[{"type":"text","text":"S"}]}';
+    expect(rewrite(chat(parts), plan)).toBe(chat(`{"role":"system","content":"I"},${parts}`));
+    const none = '{"role":"system","content":null}';
+    expect(rewrite(chat(none), plan)).toBe(chat(`{"role":"system","content":"I"},${none}`));
+  });
+
+  it("'append' skips nested values in the first message, brackets in strings included", () => {
+    const plan = { instruction: 'I', systemPrompt: 'append' as const };
+    const first =
+      '{"meta":{"a":[1,{"b":"}]\\""}],"c":-1.5e3},"role":"system","n":true,"content":"S"}';
+    expect(rewrite(chat(first), plan)).toBe(chat(first.replace('"S"', '"S\\n\\nI"')));
+  });
+
+  it("'append' reads escaped keys and values, and lets the last duplicate count", () => {
+    const plan = { instruction: 'I', systemPrompt: 'append' as const };
+    expect(rewrite(chat('{"r\\u006fle":"sys\\u0074em","c\\u006Fntent":"S"}'), plan)).toBe(
+      chat('{"r\\u006fle":"sys\\u0074em","c\\u006Fntent":"S\\n\\nI"}'),
+    );
+    // the last content is a string: append to it, not to the first
+    expect(rewrite(chat('{"role":"system","content":"A","content":"B"}'), plan)).toBe(
+      chat('{"role":"system","content":"A","content":"B\\n\\nI"}'),
+    );
+    // the last content is not a string, or the last role is not system: prepend
+    const nested = '{"role":"system","content":"A","content":[]}';
+    expect(rewrite(chat(nested), plan)).toBe(chat(`{"role":"system","content":"I"},${nested}`));
+    const user = '{"role":"system","content":"A","role":"user"}';
+    expect(rewrite(chat(user), plan)).toBe(chat(`{"role":"system","content":"I"},${user}`));
+  });
+
+  it('escapes the instruction as JSON: quotes, backslashes, controls, unicode', () => {
+    const instruction = 'Say "no" \\ twice.\nThen\ttab \u0001 é 中 😀 \u2028 \ud800';
+    for (const systemPrompt of ['prepend', 'append'] as const) {
+      const out = rewrite(chat('{"role":"system","content":"S"}'), { instruction, systemPrompt });
+      const parsed = JSON.parse(out) as { messages: { content: string }[] };
+      expect(parsed.messages[0]!.content).toBe(
+        systemPrompt === 'prepend' ? instruction : `S\n\n${instruction}`,
+      );
+    }
+    expect(rewrite(chat('{}'), { instruction: '"\n' })).toContain('"content":"\\"\\n"}');
+  });
+
+  it('leaves a chat body without messages alone (no array to add to)', () => {
+    expect(rewrite('{"model":"m","messages":null}', { instruction: 'I' })).toBe(
+      '{"model":"m","messages":null}',
+    );
+    expect(rewrite('{"model":"m","prompt":"p"}', { instruction: 'I' })).toBe(
+      '{"model":"m","prompt":"p"}',
+    );
+  });
+});
+
+describe('rewriteRequest: the prompt prefix (completions)', () => {
+  const plan: Partial<RewritePlan> = {
+    endpoint: 'completion',
+    instruction: 'Be brief.',
+    completionPrefix: true,
+  };
+
+  it('prefixes a string prompt', () => {
+    expect(rewrite('{"model":"m","prompt":"Once upon"}', plan)).toBe(
+      '{"model":"m","prompt":"Be brief.\\n\\nOnce upon"}',
+    );
+    expect(rewrite('{"model":"m","prompt":""}', plan)).toBe(
+      '{"model":"m","prompt":"Be brief.\\n\\n"}',
+    );
+  });
+
+  it('prefixes a one-string array prompt', () => {
+    expect(rewrite('{"model":"m","prompt":[ "Once \\"upon\\"" ] }', plan)).toBe(
+      '{"model":"m","prompt":[ "Be brief.\\n\\nOnce \\"upon\\"" ] }',
+    );
+  });
+
+  it('leaves token ids, batches of prompts and messages untouched', () => {
+    for (const prompt of ['[1,2,3]', '[[1,2],[3]]', '["a","b"]', '[]', '[["a"]]']) {
+      const body = `{"model":"m","prompt":${prompt},"messages":[]}`;
+      expect(rewrite(body, plan)).toBe(body);
+    }
+  });
+
+  it('completionPrefix false leaves the prompt untouched', () => {
+    const body = '{"model":"m","prompt":"p"}';
+    expect(rewrite(body, { ...plan, completionPrefix: false })).toBe(body);
+  });
+});
+
+describe('rewriteRequest: token limits', () => {
+  it('factor 1 leaves them alone and adds none', () => {
+    expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 1 })).toBe(
+      '{"model":"m","max_tokens":100}',
+    );
+    expect(rewrite('{"model":"m","messages":[]}', { instruction: 'I' })).toBe(
+      '{"model":"m","messages":[{"role":"system","content":"I"}]}',
+    );
+  });
+
+  it('scales and rounds, in place, whatever the number form', () => {
+    expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 0.7 })).toBe(
+      '{"model":"m","max_tokens":70}',
+    );
+    expect(rewrite('{"model":"m","max_tokens":1E+3 }', { maxTokensFactor: 0.3333 })).toBe(
+      '{"model":"m","max_tokens":333 }',
+    );
+    expect(rewrite('{"model":"m","max_tokens":45}', { maxTokensFactor: 0.5 })).toBe(
+      '{"model":"m","max_tokens":23}',
+    );
+  });
+
+  it('floors at minMaxTokens', () => {
+    expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 0.1 })).toBe(
+      '{"model":"m","max_tokens":16}',
+    );
+    expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 0, minMaxTokens: 1 })).toBe(
+      '{"model":"m","max_tokens":1}',
+    );
+  });
+
+  it('never raises a limit, by the floor or by a factor above 1', () => {
+    expect(rewrite('{"model":"m","max_tokens":10}', { maxTokensFactor: 0.3 })).toBe(
+      '{"model":"m","max_tokens":10}',
+    );
+    expect(rewrite('{"model":"m","max_tokens":1e1}', { maxTokensFactor: 0.3 })).toBe(
+      '{"model":"m","max_tokens":1e1}',
+    );
+    expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 1.5 })).toBe(
+      '{"model":"m","max_tokens":100}',
+    );
+  });
+
+  it('sets max_tokens from the default when the client sent neither', () => {
+    for (const endpoint of ['chat', 'completion'] as const) {
+      expect(rewrite('{"model":"m"}', { endpoint, maxTokensFactor: 0.3 })).toBe(
+        '{"model":"m","max_tokens":300}',
+      );
+    }
+    // null counts as not sent: the null is replaced where it stands
+    expect(rewrite('{"max_tokens":null,"model":"m"}', { maxTokensFactor: 0.3 })).toBe(
+      '{"max_tokens":300,"model":"m"}',
+    );
+    expect(rewrite('{"model":"m","max_completion_tokens":null}', { maxTokensFactor: 0.3 })).toBe(
+      '{"model":"m","max_completion_tokens":null,"max_tokens":300}',
+    );
+    // floored, and never above the default
+    expect(
+      rewrite('{"model":"m"}', { maxTokensFactor: 0.001, defaultMaxTokens: 8, minMaxTokens: 16 }),
+    ).toBe('{"model":"m","max_tokens":8}');
+  });
+
+  it('scales whichever field was sent, and both when both were', () => {
+    expect(rewrite('{"model":"m","max_completion_tokens":200}', { maxTokensFactor: 0.5 })).toBe(
+      '{"model":"m","max_completion_tokens":100}',
+    );
+    expect(
+      rewrite('{"max_tokens":200,"model":"m","max_completion_tokens":400}', {
+        maxTokensFactor: 0.5,
+      }),
+    ).toBe('{"max_tokens":100,"model":"m","max_completion_tokens":200}');
+    // one null, one sent: only the sent one is scaled, the null stays
+    expect(
+      rewrite('{"max_tokens":null,"model":"m","max_completion_tokens":400}', {
+        maxTokensFactor: 0.5,
+      }),
+    ).toBe('{"max_tokens":null,"model":"m","max_completion_tokens":200}');
+  });
+
+  it('rewrites the last of duplicate keys, the one that counts', () => {
+    expect(
+      rewrite('{"max_tokens":"x","model":"m","max_tokens":100}', { maxTokensFactor: 0.5 }),
+    ).toBe('{"max_tokens":"x","model":"m","max_tokens":50}');
+  });
+});
+
+describe('rewriteRequest: everything at once, bytes outside the edits unchanged', () => {
+  it('splices in body order and copies every other byte as it is', () => {
+    const head = '{ "model" : "m\\u00e9",\n  "max_tokens" : ';
+    const mid =
+      ',\n  "stream": true, "x": {"messages": [1]},\n  "messages" : [ \t{"role":"system", "content" : "S \\ud83d\\ude00';
+    const tail = '"}, {"role":"user","content":"é 中 \\"q\\""} ],\n  "temperature": 0.2\n}\n';
+    const body = Buffer.from(`${head}1000${mid}${tail}`);
+    const out = rewriteRequest(body, peekRequest(body), {
+      ...basePlan,
+      ...tired,
+      systemPrompt: 'append',
+    });
+    const added = '\\n\\nAnswer concisely.';
+    expect(out.toString()).toBe(`${head}700${mid}${added}${tail}`);
+    // the same, checked as byte segments
+    const h = Buffer.byteLength(head);
+    const m = Buffer.byteLength(mid);
+    expect(out.subarray(0, h).equals(body.subarray(0, h))).toBe(true);
+    expect(out.subarray(h + 3, h + 3 + m).equals(body.subarray(h + 4, h + 4 + m))).toBe(true);
+    const t = Buffer.byteLength(tail);
+    expect(out.subarray(out.length - t).equals(body.subarray(body.length - t))).toBe(true);
+    expect(JSON.parse(out.toString()).messages[0].content).toBe('S 😀\n\nAnswer concisely.');
+  });
+});
+
+describe('plannedMaxTokens', () => {
+  const plan = { ...basePlan, maxTokensFactor: 0.7, minMaxTokens: 16, defaultMaxTokens: 1000 };
+  it('is what the rewrite sets', () => {
+    expect(plannedMaxTokens(100, plan)).toBe(70);
+    expect(plannedMaxTokens(20, plan)).toBe(16);
+    expect(plannedMaxTokens(10, plan)).toBe(10);
+    expect(plannedMaxTokens(0, plan)).toBe(0);
+    expect(plannedMaxTokens(undefined, plan)).toBe(700);
+    expect(plannedMaxTokens(15, { ...plan, maxTokensFactor: 0.5 })).toBe(15);
+    expect(plannedMaxTokens(35, { ...plan, maxTokensFactor: 0.5 })).toBe(18);
+    expect(plannedMaxTokens(100, { ...plan, maxTokensFactor: 1 })).toBe(100);
+    expect(plannedMaxTokens(undefined, { ...plan, maxTokensFactor: 1 })).toBeUndefined();
+    expect(plannedMaxTokens(100, { ...plan, maxTokensFactor: 2 })).toBe(100);
+  });
+});
+
+describe('bad input', () => {
+  const body = Buffer.from('{"model":"m","messages":[],"max_tokens":5}');
+  const peeked = peekRequest(body);
+
+  it('refuses a plan out of range with a RangeError', () => {
+    for (const bad of [
+      { maxTokensFactor: Number.NaN },
+      { maxTokensFactor: -0.1 },
+      { maxTokensFactor: Infinity },
+      { minMaxTokens: 0 },
+      { minMaxTokens: 1.5 },
+      { defaultMaxTokens: 0 },
+      { instruction: 5 as unknown as string },
+    ]) {
+      expect(() => rewriteRequest(body, peeked, { ...basePlan, ...bad })).toThrow(RangeError);
+    }
+    expect(() => plannedMaxTokens(5, { ...basePlan, maxTokensFactor: -1 })).toThrow(RangeError);
+  });
+
+  it('refuses a peek of another body', () => {
+    const other = Buffer.from(' {"model":"m","messages":[],"max_tokens":5}');
+    expect(() => rewriteRequest(other, peeked, { ...basePlan, maxTokensFactor: 0.5 })).toThrow(
+      /does not match this body/,
+    );
+    const short = Buffer.from('{"model":"m"}');
+    expect(() => rewriteRequest(short, peeked, basePlan)).toThrow(RangeError);
+  });
+});
