@@ -102,7 +102,13 @@ describe('sluice command', () => {
       const { code, stdout } = await sluice(['status'], {
         REDIS_URL: `redis://127.0.0.1:${redisPort}`,
       });
-      return code === 0 && stdout.includes('state healthy') ? stdout : undefined;
+      // A snapshot taken after the requests above finished (they are published every second).
+      return code === 0 &&
+        stdout.includes('state healthy') &&
+        stdout.includes('active 0') &&
+        stdout.includes('in-flight 0/4')
+        ? stdout
+        : undefined;
     }, 'sluice status to show the pool');
     expect(status).toMatch(
       /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0$/m,

@@ -51,7 +51,7 @@ export function initialLoadState(): LoadState {
   return { smoothed: undefined, index: 0, changes: 0 };
 }
 
-const clamp01 = (value: number) => (value < 0 ? 0 : value > 1 ? 1 : value);
+const clamp01 = (value: number) => (value <= 0 ? 0 : value > 1 ? 1 : value);
 
 /** The highest profile whose threshold is at or below `value` (0 when none is). */
 function highestReached(profiles: readonly LoadProfile[], value: number): number {
