@@ -55,11 +55,15 @@ export async function startEngineSim(
   };
 }
 
-/** Re-evaluates `check` after each macrotask until it holds; for state another process owns. */
+/**
+ * Re-evaluates `check` after each macrotask until it holds; for state another process owns.
+ * The time-out is a ceiling against a wedged process, not a speed requirement: generous, so
+ * a loaded CI machine does not turn slowness into a failure.
+ */
 export async function eventually<T>(
   check: () => Promise<T | undefined> | T | undefined,
   what: string,
-  timeoutMs = 10_000,
+  timeoutMs = 30_000,
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
