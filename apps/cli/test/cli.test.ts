@@ -78,49 +78,54 @@ describe('sluice command', () => {
       },
       ready: /^try: curl/,
     });
-    const printed = up.output.join('\n');
-    expect(printed).toContain(`redis        redis://127.0.0.1:${redisPort}`);
-    expect(printed).toContain(`engine       http://127.0.0.1:${enginePort}`);
-    const gateways = [...printed.matchAll(/gateway +(http:\/\/\S+)/g)].map((m) => m[1]!);
-    expect(gateways).toHaveLength(2);
-    expect([...printed.matchAll(/dispatcher +http/g)]).toHaveLength(2);
-    for (const url of gateways) {
-      const res = await fetch(`${url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'reasoning',
-          messages: [{ role: 'user', content: 'hi' }],
-          max_tokens: 2,
-        }),
-      });
-      expect(res.status).toBe(200);
-      expect(res.headers.get('x-sluice-engine')).toBe(`127.0.0.1:${enginePort}`);
+    let gateways: string[] = [];
+    try {
+      const printed = up.output.join('\n');
+      expect(printed).toContain(`redis        redis://127.0.0.1:${redisPort}`);
+      expect(printed).toContain(`engine       http://127.0.0.1:${enginePort}`);
+      gateways = [...printed.matchAll(/gateway +(http:\/\/\S+)/g)].map((m) => m[1]!);
+      expect(gateways).toHaveLength(2);
+      expect([...printed.matchAll(/dispatcher +http/g)]).toHaveLength(2);
+      for (const url of gateways) {
+        const res = await fetch(`${url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            model: 'reasoning',
+            messages: [{ role: 'user', content: 'hi' }],
+            max_tokens: 2,
+          }),
+        });
+        expect(res.status).toBe(200);
+        expect(res.headers.get('x-sluice-engine')).toBe(`127.0.0.1:${enginePort}`);
+      }
+      // `sluice status` reads what the leading dispatcher publishes every second.
+      const status = await eventually(async () => {
+        const { code, stdout } = await sluice(['status'], {
+          REDIS_URL: `redis://127.0.0.1:${redisPort}`,
+        });
+        // A snapshot taken after the requests above finished (they are published every second).
+        return code === 0 &&
+          stdout.includes('state healthy') &&
+          stdout.includes('active 0') &&
+          stdout.includes('in-flight 0/4')
+          ? stdout
+          : undefined;
+      }, 'sluice status to show the pool');
+      expect(status).toMatch(
+        /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0$/m,
+      );
+      // Gauges are as of the last scrape, which may have caught a request above: not pinned.
+      expect(status).toMatch(
+        new RegExp(
+          `^  engine 127\\.0\\.0\\.1:${enginePort}  in-flight 0/4  gate open  state healthy  running \\d+ waiting \\d+ kv \\d+\\.\\d%  read \\d+\\.\\d s ago$`,
+          'm',
+        ),
+      );
+    } finally {
+      // Whatever failed above, the stack must not outlive the test.
+      await up.stop('SIGTERM');
     }
-    // `sluice status` reads what the leading dispatcher publishes every second.
-    const status = await eventually(async () => {
-      const { code, stdout } = await sluice(['status'], {
-        REDIS_URL: `redis://127.0.0.1:${redisPort}`,
-      });
-      // A snapshot taken after the requests above finished (they are published every second).
-      return code === 0 &&
-        stdout.includes('state healthy') &&
-        stdout.includes('active 0') &&
-        stdout.includes('in-flight 0/4')
-        ? stdout
-        : undefined;
-    }, 'sluice status to show the pool');
-    expect(status).toMatch(
-      /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0$/m,
-    );
-    // Gauges are as of the last scrape, which may have caught a request above: not pinned.
-    expect(status).toMatch(
-      new RegExp(
-        `^  engine 127\\.0\\.0\\.1:${enginePort}  in-flight 0/4  gate open  state healthy  running \\d+ waiting \\d+ kv \\d+\\.\\d%  read \\d+\\.\\d s ago$`,
-        'm',
-      ),
-    );
-    await up.stop('SIGTERM');
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
     await expect(fetch(`${gateways[0]}/healthz`)).rejects.toThrow();
   });
