@@ -68,6 +68,13 @@ interface EngineSlot extends EngineView {
   /** The observed state behind `gauges` and `health`. */
   observed?: ObservedEngine;
   degraded: boolean;
+  /**
+   * Lowest in-flight count since the previous scrape. A scrape can only have counted our
+   * requests that were released before it: taking the lowest count of the window leaves out
+   * the ones released while it was on the wire, so they are never mistaken for ours on the
+   * engine and bypass traffic is never underestimated (it errs toward holding back).
+   */
+  inflightFloor: number;
 }
 
 export class PoolDispatcher {
@@ -114,6 +121,7 @@ export class PoolDispatcher {
       cap: config.maxInflight,
       health: 'unknown' as const,
       degraded: false,
+      inflightFloor: 0,
       client: new EngineClient(config, deps.timeouts),
       observer: createEngineObserver({
         name: config.name,
@@ -253,6 +261,7 @@ export class PoolDispatcher {
     this.deps.metrics.inflight.set({ pool: this.pool.name, engine: engine.name }, engine.inflight);
     void this.run(job, token, engine).finally(() => {
       engine.inflight -= 1;
+      engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
       this.inflightJobs.delete(job.id!);
       this.deps.metrics.inflight.set(
         { pool: this.pool.name, engine: engine.name },
@@ -365,15 +374,16 @@ export class PoolDispatcher {
     engine.observed = state;
     engine.health = state.health;
     if (state.vllm && state.scrapedAt !== undefined && state.scrapedAt !== previous?.scrapedAt) {
-      // The broker's own in-flight count at the scrape, so its requests are not counted
-      // twice when the gate estimates the traffic that bypassed it.
+      // The broker's own requests the scrape saw, so they are not counted twice when the
+      // gate estimates the traffic that bypassed it (see `inflightFloor`).
       engine.gauges = {
         running: state.vllm.running,
         waiting: state.vllm.waiting,
         kvUsage: state.vllm.kvUsage,
         at: state.scrapedAt,
-        inflightAtScrape: engine.inflight,
+        inflightAtScrape: engine.inflightFloor,
       };
+      engine.inflightFloor = engine.inflight;
       metrics.engineRunning.set(labels, state.vllm.running);
       metrics.engineWaiting.set(labels, state.vllm.waiting);
       metrics.engineKvUsage.set(labels, state.vllm.kvUsage);
