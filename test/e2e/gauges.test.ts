@@ -246,9 +246,15 @@ describe('engine gauges in the gate', () => {
         async () => ((await queued('closed')) === 1 ? true : undefined),
         'the closed-mode request to wait',
       );
-      expect(
-        await dispatcherMetric('closed', 'sluice_gate_closed_total', { reason: 'engine_stale' }),
-      ).toBeGreaterThanOrEqual(1);
+      await eventually(
+        async () =>
+          (await dispatcherMetric('closed', 'sluice_gate_closed_total', {
+            reason: 'engine_stale',
+          })) >= 1
+            ? true
+            : undefined,
+        'the closed gate to be counted with reason engine_stale',
+      );
       await sim.setFaults({ metrics: 'ok' });
       expect((await held).status).toBe(200);
       expect(await dispatcherMetric('closed', 'sluice_engine_up')).toBe(1);
