@@ -88,7 +88,7 @@ async function withCapFull(test: () => Promise<void>) {
 /** Two endless streams that hold both slots until aborted. */
 async function fillCap() {
   const controller = new AbortController();
-  const responses = await Promise.all(
+  await Promise.all(
     [0, 1].map((i) =>
       chat(
         `blocker ${i} ${Math.random()}`,
@@ -97,8 +97,12 @@ async function fillCap() {
       ),
     ),
   );
-  await Promise.all(responses.map((r) => r.body!.getReader().read()));
-  expect((await sim.state()).running).toBe(2);
+  // A first read may be a keep-alive (the blockers can wait a moment in the queue): wait
+  // until the engine itself holds both.
+  await eventually(
+    async () => ((await sim.state()).running === 2 ? true : undefined),
+    'both blockers on the engine',
+  );
   return async () => {
     controller.abort();
     await eventually(
