@@ -38,5 +38,5 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ]; then
 fi
 
 say "building"
-npx tsc -b
+npm run --silent build
 say "ready: redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p'), node $(node --version)"
