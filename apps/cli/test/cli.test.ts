@@ -1,5 +1,6 @@
 // The `sluice` command as a user runs it.
 import { execFile } from 'node:child_process';
+import { readFileSync, statSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { eventually, freePort, sluiceBin, startProcess } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
@@ -19,6 +20,11 @@ async function sluice(args: string[], env: Record<string, string> = {}) {
 }
 
 describe('sluice command', () => {
+  it('is an executable file, so `npx sluice` runs it', () => {
+    expect(statSync(sluiceBin).mode & 0o111).not.toBe(0);
+    expect(readFileSync(sluiceBin, 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+  });
+
   it('prints usage with the commands', async () => {
     const { code, stdout } = await sluice(['--help']);
     expect(code).toBe(0);
