@@ -5,11 +5,12 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
+  queuedJobs,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -118,9 +119,7 @@ describe('clients that are gone', () => {
       await Promise.all(blockers.map((r) => r.body!.getReader().read()));
       // Two requests wait in the queue on the replica that is about to die.
       const orphans = [0, 1].map((i) => chat(doomed.url, `orphan ${i}`).catch(() => undefined));
-      const queued = async () =>
-        (await client.llen('sluice:pool-default:wait')) +
-        (await client.zcard('sluice:pool-default:prioritized'));
+      const queued = async () => await queuedJobs(client);
       await eventually(
         async () => ((await queued()) === 2 ? true : undefined),
         'two queued orphans',

@@ -4,11 +4,12 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
+  queuedJobs,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -102,12 +103,7 @@ describe('leader failover', () => {
     );
     const client = new Redis(redis.url);
     await eventually(
-      async () =>
-        (await client.zcard('sluice:pool-default:prioritized')) +
-          (await client.llen('sluice:pool-default:wait')) ===
-        3
-          ? true
-          : undefined,
+      async () => ((await queuedJobs(client)) === 3 ? true : undefined),
       'three queued jobs',
     );
 

@@ -5,11 +5,12 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
+  queuedJobs,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -87,10 +88,7 @@ async function scrapes(mode: 'open' | 'closed', n: number) {
   }
 }
 
-const queued = (mode: 'open' | 'closed') =>
-  client
-    .llen(`${stacks[mode].prefix}:pool-default:wait`)
-    .then(async (n) => n + (await client.zcard(`${stacks[mode].prefix}:pool-default:prioritized`)));
+const queued = (mode: 'open' | 'closed') => queuedJobs(client, stacks[mode].prefix);
 
 function stream(
   base: string,

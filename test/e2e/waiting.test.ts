@@ -3,11 +3,12 @@ import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
+  queuedJobs,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -57,9 +58,7 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-const queued = async () =>
-  (await client.llen('sluice:pool-default:wait')) +
-  (await client.zcard('sluice:pool-default:prioritized'));
+const queued = () => queuedJobs(client);
 
 function chat(
   content: string,

@@ -9,3 +9,4 @@ export {
   type TestEngineSim,
 } from './engine-sim.ts';
 export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
+export { queuedJobs } from './queue.ts';

@@ -1,0 +1,18 @@
+// What a pool has queued, read from Redis the way the gateway's depth bound counts it
+// (BullMQ's plain wait list plus its prioritised set), with names from @sluice/protocol.
+import { keySpace } from '@sluice/protocol';
+import type { Redis } from 'ioredis';
+
+export async function queuedJobs(
+  redis: Redis,
+  prefix = 'sluice',
+  pool = 'default',
+): Promise<number> {
+  const keys = keySpace(prefix);
+  const queue = `${keys.prefix}:${keys.queueName(pool)}`;
+  const [wait, prioritized] = await Promise.all([
+    redis.llen(`${queue}:wait`),
+    redis.zcard(`${queue}:prioritized`),
+  ]);
+  return wait + prioritized;
+}
