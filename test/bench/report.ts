@@ -316,6 +316,8 @@ export function renderReport(stored: StoredResult[], machine: Machine): string {
     const comparison = comparisonTable(result.figures);
     if (comparison) out.push(comparison, '');
     out.push(result.figures.length === 0 ? 'No figures.' : figuresTable(result.figures), '');
+    if (result.bottleneck) out.push(`**Bottleneck found.** ${result.bottleneck}`, '');
+    for (const t of result.tables ?? []) out.push(`${t.title}:`, '', table(t.head, t.rows), '');
     if (result.runs && result.runs.length > 0)
       out.push('Noise of repeated runs:', '', runsTable(result.runs), '');
     for (const chart of chartsOf(result)) out.push(`![${chart.title}](${chart.file})`, '');
@@ -361,6 +363,9 @@ export function renderSummary(stored: StoredResult[], machine: Machine): string 
       ),
       '',
     );
+  for (const { result } of sortResults(stored))
+    if (result.bottleneck)
+      out.push(`**Bottleneck (${result.scenario}).** ${result.bottleneck}`, '');
   const incident = stored.find((s) => s.result.scenario === 'incident')?.result;
   const matrix = incident && comparisonTable(incident.figures, INCIDENT_HEADLINE);
   if (incident && matrix)

@@ -31,6 +31,10 @@ export interface ScenarioResult {
   /** Repeated runs of one figure: how noisy it is. */
   runs?: { n: number; min: number; median: number; max: number; unit: string; of: string }[];
   notes?: string[];
+  /** Tables a figure list would not show well (a per-stage breakdown). */
+  tables?: { title: string; head: string[]; rows: string[][] }[];
+  /** Where a goal was missed: what limits it, as measured (shown in the summary too). */
+  bottleneck?: string;
 }
 
 export const resultsDir = join(repoRoot, 'bench', 'results');

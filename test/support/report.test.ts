@@ -163,6 +163,24 @@ describe('report markdown', () => {
     expect(md).toContain('[report.md](report.md)');
   });
 
+  it('names the bottleneck in the report and the summary, and draws extra tables', () => {
+    const overhead: ScenarioResult = {
+      scenario: 'overhead',
+      title: 'Overhead',
+      figures: [{ name: 'added p50', value: 3, unit: 'ms', goal: '<= 1 ms', met: false }],
+      bottleneck: 'Eleven process hops.',
+      tables: [{ title: 'Stages', head: ['Stage', 'ms'], rows: [['gateway.request', '0.4']] }],
+    };
+    const both: StoredResult[] = [...stored, { result: overhead, writtenAt: machine.date }];
+    const report = renderReport(both, machine);
+    expect(report).toContain('**Bottleneck found.** Eleven process hops.');
+    expect(report).toContain('Stages:\n\n| Stage | ms |\n| --- | --- |\n| gateway.request | 0.4 |');
+    expect(renderSummary(both, machine)).toContain(
+      '**Bottleneck (overhead).** Eleven process hops.',
+    );
+    expect(renderSummary(stored, machine)).not.toContain('Bottleneck');
+  });
+
   it('formats values for tables', () => {
     expect(formatValue(12345)).toBe('12,345');
     expect(formatValue(1.23456)).toBe('1.23');

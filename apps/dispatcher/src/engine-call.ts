@@ -1,6 +1,7 @@
 // Calls an engine with undici and relays its response as reply frames. The response body
 // is passed through as bytes: the dispatcher never parses what the engine streams.
 import type { EngineConfig } from '@sluice/config';
+import { markStage } from '@sluice/observability';
 import type { CompletionPath } from '@sluice/protocol';
 import { Pool } from 'undici';
 import { CancelledError } from './cancels.js';
@@ -50,10 +51,12 @@ export class EngineClient {
       const headers: Record<string, string> = { 'content-type': 'application/json' };
       if (this.authorization) headers['authorization'] = this.authorization;
       const response = await this.pool.request({ path, method: 'POST', headers, body, signal });
+      markStage('dispatcher.engine-head');
       const contentType = String(response.headers['content-type'] ?? 'application/json');
       relay.head({ status: response.statusCode, contentType });
       headSent = true;
       for await (const chunk of response.body) relay.data(chunk as Buffer);
+      markStage('dispatcher.engine-end');
       relay.end();
       return response.statusCode < 500 ? 'ok' : 'engine_error';
     } catch (err) {

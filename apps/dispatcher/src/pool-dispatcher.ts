@@ -18,7 +18,7 @@ import {
   type EngineObserver,
   type ObservedEngine,
 } from '@sluice/engine-metrics';
-import type { DispatcherMetrics } from '@sluice/observability';
+import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import {
   encodePoolStats,
   ProtocolError,
@@ -239,6 +239,7 @@ export class PoolDispatcher {
         continue;
       }
       if (!job) continue;
+      markStage('dispatcher.job');
       if (!this.lease.isLeader || this.closing) {
         // Lost the lease while blocked: the job goes back untouched for the new leader.
         await job.moveToWait(token).catch(() => {});
@@ -314,6 +315,7 @@ export class PoolDispatcher {
     this.releasedSinceStats += 1;
     relay.start({ engine: engine.name, loadState: degraded.state });
     let outcome;
+    markStage('dispatcher.engine-call');
     try {
       outcome = await engine.client.call(payload.path, degraded.body, relay, controller.signal);
     } finally {

@@ -9,6 +9,7 @@
 // engine's response head or the first heartbeat due; after that a failure is delivered
 // in-band as `data: {"error":...}` and the stream ends, so OpenAI SDKs raise it. A
 // non-streaming client waits silently and gets the engine's status and body unchanged.
+import { markStage } from '@sluice/observability';
 import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
 import { sluiceHeaders, type Frame } from '@sluice/protocol';
 import type { ServerResponse } from 'node:http';
@@ -137,6 +138,7 @@ export class HeldRequest {
 
   private started(engine: string, loadState: string): void {
     if (this.state !== 'queued') return;
+    markStage('gateway.frame-start');
     this.state = 'running';
     this.engine = engine;
     this.loadState = loadState;
@@ -170,6 +172,7 @@ export class HeldRequest {
   }
 
   private head(status: number, contentType: string): void {
+    markStage('gateway.frame-head');
     if (this.res.headersSent) {
       // Committed by a heartbeat as 200: an engine error can only go in-band now.
       if (status >= 400) this.engineError = { status, chunks: [] };
@@ -219,6 +222,7 @@ export class HeldRequest {
     } else {
       this.res.end();
     }
+    markStage('gateway.response-end');
     this.finish();
   }
 

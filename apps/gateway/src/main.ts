@@ -5,6 +5,7 @@ import {
   collectDefaultMetrics,
   gatewayMetrics,
   loggerOptions,
+  markStage,
   Registry,
 } from '@sluice/observability';
 import { peekRequest, RequestPeekError } from '@sluice/openai';
@@ -161,6 +162,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   function completion(path: CompletionPath) {
     return async (request: FastifyRequest, reply: FastifyReply) => {
       const receivedAt = now();
+      markStage('gateway.request');
       const body = request.body as Buffer | undefined;
       if (!body)
         return refuse(
@@ -241,7 +243,10 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       metrics.parked.inc({ model });
       held.hold();
       try {
-        if (!(await pool.add(jobId, payload)))
+        markStage('gateway.enqueue');
+        const admitted = await pool.add(jobId, payload);
+        markStage('gateway.enqueued');
+        if (!admitted)
           held.fail(
             refusal(
               'queue_full',

@@ -12,26 +12,27 @@ import { Queue } from 'bullmq';
 // progress, and reserves a place when under the bound. A reservation whose job already
 // exists is dropped on the spot (the job is counted in the queue, or has left it), so a
 // place is never counted twice; one whose gateway died mid-add expires on its own.
+//
+// It costs no round trip of its own: it goes on BullMQ's connection just before the add, in
+// the same flight, and Redis runs commands of one connection in order. A refusal leaves a
+// short-lived placeholder under the job's key, so the add that follows finds the id taken
+// and, as BullMQ documents for a duplicate job id, adds nothing.
 const reserveScript = `redis.call('zremrangebyscore', KEYS[3], '-inf', ARGV[2])
 for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
   if redis.call('exists', ARGV[5] .. id) == 1 then redis.call('zrem', KEYS[3], id) end
 end
 local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
-if n >= tonumber(ARGV[1]) then return -1 end
+if n >= tonumber(ARGV[1]) then
+  redis.call('hset', ARGV[5] .. ARGV[4], 'sluiceRefused', '1')
+  redis.call('pexpire', ARGV[5] .. ARGV[4], ARGV[3])
+  return -1
+end
 redis.call('zadd', KEYS[3], ARGV[2] + ARGV[3], ARGV[4])
 return n`;
 
 const RESERVATION_MS = 10_000;
 
 const CACHE_MS = 1000;
-
-/** The reservation script as an ioredis command: sent by SHA, not as text, per request. */
-type ReserveCommand = Redis & { sluiceReserve(...args: string[]): Promise<number> };
-
-function defineReserve(redis: Redis): void {
-  if (!('sluiceReserve' in redis))
-    redis.defineCommand('sluiceReserve', { numberOfKeys: 3, lua: reserveScript });
-}
 
 export class PoolQueue {
   readonly queue: Queue;
@@ -47,11 +48,10 @@ export class PoolQueue {
     readonly pool: PoolConfig,
     private readonly keys: KeySpace,
     private readonly redis: Redis,
-    bullConnection: Redis,
+    private readonly bullConnection: Redis,
     private readonly maxPriority: number,
     private readonly now: () => number,
   ) {
-    defineReserve(redis);
     const name = keys.queueName(pool.name);
     this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
     this.waitKey = `${keys.prefix}:${name}:wait`;
@@ -71,35 +71,45 @@ export class PoolQueue {
 
   /** Adds the job unless the queue is at its depth bound; false when refused. */
   async add(jobId: string, payload: JobPayload): Promise<boolean> {
-    const queued = Number(
-      await (this.redis as ReserveCommand).sluiceReserve(
-        this.waitKey,
-        this.prioritizedKey,
-        this.reservedKey,
-        String(this.pool.queueDepth),
-        String(this.now()),
-        String(RESERVATION_MS),
-        jobId,
-        this.jobKeyPrefix,
-      ),
-    );
+    // Sent as EVAL, not EVALSHA: ioredis resends a script Redis does not know yet with EVAL
+    // after the failed EVALSHA, which would put the reservation behind the add.
+    const reserved = this.bullConnection.eval(
+      reserveScript,
+      3,
+      this.waitKey,
+      this.prioritizedKey,
+      this.reservedKey,
+      this.pool.queueDepth,
+      this.now(),
+      RESERVATION_MS,
+      jobId,
+      this.jobKeyPrefix,
+    ) as Promise<number>;
+    const added = this.queue.add('completion', payload, {
+      jobId,
+      priority: bullPriority(payload.priority, this.maxPriority),
+      attempts: 1,
+      // Bodies are prompts: nothing stays in Redis once a request is answered.
+      removeOnComplete: true,
+      removeOnFail: true,
+    });
+    // Both settle before either outcome is acted on, so no rejection goes unobserved.
+    const [reservation, addition] = await Promise.allSettled([reserved, added]);
+    if (reservation.status === 'rejected') {
+      // The add may have run: take the job back if it is still queued, then report the error.
+      await this.queue.remove(jobId).catch(() => 0);
+      throw reservation.reason;
+    }
+    const queued = Number(reservation.value);
     if (queued < 0) {
       this.lastQueued = this.pool.queueDepth;
+      // Gone before the refusal is answered; it would expire on its own should Redis be away.
+      await this.redis.del(`${this.jobKeyPrefix}${jobId}`).catch(() => {});
       return false;
     }
+    this.redis.zrem(this.reservedKey, jobId).catch(() => {});
+    if (addition.status === 'rejected') throw addition.reason;
     this.lastQueued = queued + 1;
-    try {
-      await this.queue.add('completion', payload, {
-        jobId,
-        priority: bullPriority(payload.priority, this.maxPriority),
-        attempts: 1,
-        // Bodies are prompts: nothing stays in Redis once a request is answered.
-        removeOnComplete: true,
-        removeOnFail: true,
-      });
-    } finally {
-      this.redis.zrem(this.reservedKey, jobId).catch(() => {});
-    }
     return true;
   }
 

@@ -55,6 +55,28 @@ describe('pool queue (gateway side)', () => {
     expect(await queue.queue.count()).toBe(3);
   });
 
+  it('a refused add leaves nothing behind: no job, no placeholder, no reservation', async () => {
+    for (let i = 0; i < 3; i += 1) expect(await queue.add(`k${i}`, payload())).toBe(true);
+    expect(await queue.add('refused', payload())).toBe(false);
+    expect(await queue.queue.getJob('refused')).toBeUndefined();
+    expect(await redis.exists(`${keys.prefix}:${keys.queueName('p')}:refused`)).toBe(0);
+    expect(await redis.zcard(keys.admissions('p'))).toBe(0);
+    expect(await queue.queue.count()).toBe(3);
+  });
+
+  it('holds the bound after Redis has lost its scripts', async () => {
+    // One add first, so this connection has sent every script once before Redis forgets them.
+    expect(await queue.add('before', payload())).toBe(true);
+    await redis.script('FLUSH');
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => queue.add(`f${i}`, payload())),
+    );
+    expect(results.filter(Boolean)).toHaveLength(2);
+    expect(await queue.queue.count()).toBe(3);
+    const admitted = results.flatMap((ok, i) => (ok ? [`f${i}`] : []));
+    for (const id of admitted) expect(await queue.queue.getJob(id)).toBeDefined();
+  });
+
   it('removes a queued job, but not one a dispatcher has taken', async () => {
     await queue.add('a', payload());
     await queue.add('b', payload());

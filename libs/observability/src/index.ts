@@ -6,3 +6,10 @@ export {
 } from './metrics.js';
 export { loggerOptions } from './logger.js';
 export { Registry, collectDefaultMetrics } from 'prom-client';
+export {
+  markStage,
+  requestStages,
+  STAGE_CHANNEL,
+  type RequestStage,
+  type StageMark,
+} from './stages.js';
