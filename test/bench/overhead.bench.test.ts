@@ -285,6 +285,33 @@ async function sustained(figures: Figure[], notes: string[]) {
   );
 }
 
+/**
+ * What one round trip costs on this machine, with no Sluice code in it: Redis PINGs back to
+ * back, and after the client slept for 2 ms, as the processes on Sluice's path do between one
+ * request's hops. The difference is the price of waking a process.
+ */
+async function roundTrips(figures: Figure[]) {
+  const client = new Redis(redis.url);
+  const time = async (idleMs: number) => {
+    const ms: number[] = [];
+    for (let i = 0; i < 1300; i += 1) {
+      if (idleMs > 0) await new Promise((resolve) => setTimeout(resolve, idleMs));
+      const start = performance.now();
+      await client.ping();
+      if (i >= 300) ms.push(performance.now() - start);
+    }
+    return summarize(ms).p50;
+  };
+  const busy = await time(0);
+  const idle = await time(2);
+  await client.quit();
+  figures.push(
+    { name: 'Redis PING round trip, back to back (p50)', value: round(busy), unit: 'ms' },
+    { name: 'Redis PING round trip, after 2 ms idle (p50)', value: round(idle), unit: 'ms' },
+  );
+  return { busy, idle };
+}
+
 const recorder = fileURLToPath(new URL('./stage-recorder.mjs', import.meta.url));
 const BREAKDOWN_REQUESTS = 300;
 
@@ -294,6 +321,7 @@ const BREAKDOWN_REQUESTS = 300;
  * above), and every stage's median time after the client's send is tabled.
  */
 async function whereTheTimeGoes(result: ScenarioResult) {
+  const ping = await roundTrips(result.figures);
   await Promise.all([gateway.stop(), dispatcher?.stop()]);
   dispatcher = undefined;
   const dir = mkdtempSync(join(tmpdir(), 'sluice-stages-'));
@@ -331,7 +359,16 @@ async function whereTheTimeGoes(result: ScenarioResult) {
   result.tables = [
     {
       title: `Where the time goes: ${requests} non-streaming requests one at a time, medians (direct to the engine in the same run: ${round(directMedian)} ms)`,
-      head: ['Stage', 'ms after send', 'Measured from', 'In between', 'Hops', 'Gap (ms)', 'Path'],
+      head: [
+        'Stage',
+        'ms after send',
+        'Measured from',
+        'In between',
+        'Hops',
+        'Gap (ms)',
+        'Gap p99 (ms)',
+        'Path',
+      ],
       rows: rows.map((r) => [
         r.stage,
         String(round(r.fromSend)),
@@ -339,6 +376,7 @@ async function whereTheTimeGoes(result: ScenarioResult) {
         r.spans,
         String(r.hops),
         String(round(r.gap)),
+        String(round(r.gapP99)),
         r.critical ? 'critical' : 'beside',
       ]),
     },
@@ -360,9 +398,9 @@ async function whereTheTimeGoes(result: ScenarioResult) {
     `Hops between processes, not the work inside any of them.`,
     `One request at a time, Sluice took ${round(total, 2)} ms (median) against ${round(directMedian, 2)} ms direct.`,
     `Its critical path crosses processes ${path.hops} times (client, gateway, Redis, dispatcher, Redis, dispatcher, engine, dispatcher, Redis, gateway, client), where a direct request crosses twice;`,
-    `those gaps take ${round(path.hopMs, 2)} ms, ${round(Math.min(...hopGaps), 2)} to ${round(Math.max(...hopGaps), 2)} ms per hop on this machine (the socket write and waking the receiver), while the work inside the processes takes ${round(path.workMs, 2)} ms in all (table below).`,
+    `those gaps take ${round(path.hopMs, 2)} ms, ${round(Math.min(...hopGaps), 2)} to ${round(Math.max(...hopGaps), 2)} ms per hop on this machine; a bare Redis PING round trip takes ${round(ping.busy, 2)} ms back to back and ${round(ping.idle, 2)} ms from a process that slept 2 ms, so most of a hop is the libraries' work at both ends (HTTP in Fastify and undici, commands, Lua scripts and replies in ioredis, BullMQ and Redis, pub/sub delivery) in processes woken from idle, while Sluice's own steps between hops take ${round(path.workMs, 2)} ms in all (the stage table of the overhead section in report.md).`,
     `The design's floor is one Redis round trip to enqueue, two for BullMQ to hand the job over (the marker wakes the dispatcher's blocking read, then the move to active), and one pub/sub hop back; fewer would mean leaving BullMQ's queue or the single dispatcher that makes the cap exact.`,
-    `Under load the same chain is CPU: ${cpuOf('gateway')} ms in the gateway, ${cpuOf('dispatcher')} ms in the dispatcher and ${cpuOf('redis')} ms in Redis per request (figures above), which is what caps the rate on two shared cores.`,
+    `Under load the same chain is CPU: ${cpuOf('gateway')} ms in the gateway, ${cpuOf('dispatcher')} ms in the dispatcher and ${cpuOf('redis')} ms in Redis per request (the overhead figures), which is what caps the rate on two shared cores.`,
   ].join(' ');
 }
 

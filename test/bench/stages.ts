@@ -111,13 +111,17 @@ export interface StageRow extends Span {
   fromSend: number;
   /** Median time from `from` to this stage in the same request, ms. */
   gap: number;
+  /** Its 99th percentile: which stage the slow requests lose their time in. */
+  gapP99: number;
 }
 
-const median = (values: number[]) =>
+const quantileOf = (q: number) => (values: number[]) =>
   quantile(
     [...values].sort((a, b) => a - b),
-    0.5,
+    q,
   );
+const median = quantileOf(0.5);
+const p99 = quantileOf(0.99);
 
 /**
  * One row per stage of `spans`, in the order of their median time. A request is the marks
@@ -147,7 +151,7 @@ export function breakdown(all: Mark[]): { rows: StageRow[]; requests: number } {
     }
     return fromSend.length === 0
       ? []
-      : [{ stage, ...span, fromSend: median(fromSend), gap: median(gap) }];
+      : [{ stage, ...span, fromSend: median(fromSend), gap: median(gap), gapP99: p99(gap) }];
   });
   return { rows: rows.sort((a, b) => a.fromSend - b.fromSend), requests: complete.length };
 }
