@@ -2,40 +2,22 @@
 // what was wrong; the process stays up and nothing reaches the engine.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 let gateway: SluiceProcess;
-let dispatcher: SluiceProcess;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '4',
-    MAX_BODY_BYTES: '262144',
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({ env: { ADMISSION_MAX_INFLIGHT: '4', MAX_BODY_BYTES: '262144' } });
+  ({ sim, gateway } = stack);
 });
 
-afterAll(async () => {
-  await gateway?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 function post(body: string | Buffer, contentType = 'application/json') {
   return fetch(`${gateway.url}/v1/chat/completions`, {

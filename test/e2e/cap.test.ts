@@ -4,50 +4,29 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 let gateways: SluiceProcess[];
-let dispatchers: SluiceProcess[];
 
 beforeAll(async () => {
-  redis = await startRedis();
   // Fast, but not instant: each answer takes tens of milliseconds of steps, far longer than a
   // release, so the four slots are really filled and the cap is exercised.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--step-overhead-seconds',
-    '0.005',
-  ]);
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '4',
-    VLLM_MAX_QUEUE_DEPTH: '1000',
-  };
-  dispatchers = [await startDispatcher(env), await startDispatcher(env)];
-  gateways = await Promise.all([startGateway(env), startGateway(env), startGateway(env)]);
+  stack = await startStack({
+    sim: ['--max-num-seqs', '64', '--step-overhead-seconds', '0.005'],
+    env: { ADMISSION_MAX_INFLIGHT: '4', VLLM_MAX_QUEUE_DEPTH: '1000' },
+    dispatchers: 2,
+    gateways: 3,
+  });
+  ({ sim, gateways } = stack);
 });
 
-afterAll(async () => {
-  await Promise.all([...(gateways ?? []), ...(dispatchers ?? [])].map((p) => p.stop()));
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 function body(i: number, stream: boolean) {
   return JSON.stringify({
@@ -90,7 +69,7 @@ describe('hard global cap across gateway replicas', () => {
 
   it('leaves nothing in Redis once requests are answered', async () => {
     const { Redis } = await import('ioredis');
-    const client = new Redis(redis.url);
+    const client = new Redis(stack.redis.url);
     const jobKeys = (await client.keys('sluice:pool-default:*')).filter(
       (k) => !/:(meta|id|events|stalled-check|marker|pc)$/.test(k),
     );

@@ -6,40 +6,33 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
   queuedJobs,
-  type SluiceProcess,
-  startDispatcher,
-  startEngineSim,
   startGateway,
-  startRedis,
+  startStack,
+  type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
 let env: Record<string, string>;
 let client: Redis;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim(['--profile', 'instant', '--model', 'm', '--max-num-seqs', '64']);
-  env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '2',
-    SLUICE_REPLICA_TTL_MS: '500',
-  };
-  dispatcher = await startDispatcher(env);
-  client = new Redis(redis.url);
+  // No gateway yet: each test starts the replicas it needs.
+  stack = await startStack({
+    sim: ['--max-num-seqs', '64'],
+    env: { ADMISSION_MAX_INFLIGHT: '2', SLUICE_REPLICA_TTL_MS: '500' },
+    gateways: 0,
+  });
+  ({ sim, dispatcher, env } = stack);
+  client = new Redis(stack.redis.url);
 });
 
 afterAll(async () => {
   await client?.quit();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
+  await stack?.stop();
 });
 
 const metric = async (url: string, name: string, reason: string) => {

@@ -5,58 +5,45 @@ import { parseExposition, sampleValue } from '@sluice/engine-metrics';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 let gateway: SluiceProcess;
 let dispatcher: SluiceProcess;
 const load = new AbortController();
 
 beforeAll(async () => {
-  redis = await startRedis();
   // 1,000 blocks of 16 = 16,000 KV tokens; slow decode keeps the load in place.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--num-gpu-blocks',
-    '1000',
-    '--max-model-len',
-    '16000',
-    '--decode-seconds-per-sequence',
-    '0.05',
-  ]);
   // Default degradation profiles (normal < 0.75 <= tired < 0.90 <= lazy), KV usage as the
   // signal; the KV gate is moved out of the way so the lazy band can be reached.
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '16',
-    ADMISSION_KV_THRESHOLD: '0.99',
-    ENGINE_SCRAPE_INTERVAL_MS: '100',
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({
+    sim: [
+      '--max-num-seqs',
+      '64',
+      '--num-gpu-blocks',
+      '1000',
+      '--max-model-len',
+      '16000',
+      '--decode-seconds-per-sequence',
+      '0.05',
+    ],
+    env: {
+      ADMISSION_MAX_INFLIGHT: '16',
+      ADMISSION_KV_THRESHOLD: '0.99',
+      ENGINE_SCRAPE_INTERVAL_MS: '100',
+    },
+  });
+  ({ sim, gateway, dispatcher } = stack);
 });
 
 afterAll(async () => {
   load.abort();
-  await gateway?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
+  await stack?.stop();
 });
 
 async function loadState(): Promise<string | undefined> {

@@ -4,58 +4,36 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   eventually,
   queuedJobs,
-  type SluiceProcess,
-  startDispatcher,
-  startEngineSim,
   startGateway,
-  startRedis,
+  startStack,
+  type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 /** Parks for 1 s: for the park-timeout tests. */
 let impatient: SluiceProcess;
 /** Parks for the default 120 s: queued clients stay queued until the test moves on. */
 let gateway: SluiceProcess;
-let dispatcher: SluiceProcess;
 let client: Redis;
 
 beforeAll(async () => {
-  redis = await startRedis();
   // Slow decode: a request holding a slot keeps it until its client goes away.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--decode-seconds-per-sequence',
-    '0.01',
-  ]);
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '2',
-    VLLM_MAX_QUEUE_DEPTH: '3',
-    SSE_HEARTBEAT_SECONDS: '0.1',
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
-  impatient = await startGateway({ ...env, ADMISSION_MAX_PARK_SECONDS: '1' });
-  client = new Redis(redis.url);
+  stack = await startStack({
+    sim: ['--max-num-seqs', '64', '--decode-seconds-per-sequence', '0.01'],
+    env: { ADMISSION_MAX_INFLIGHT: '2', VLLM_MAX_QUEUE_DEPTH: '3', SSE_HEARTBEAT_SECONDS: '0.1' },
+  });
+  ({ sim, gateway } = stack);
+  impatient = await startGateway({ ...stack.env, ADMISSION_MAX_PARK_SECONDS: '1' });
+  client = new Redis(stack.redis.url);
 });
 
 afterAll(async () => {
   await client?.quit();
-  await gateway?.stop();
   await impatient?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
+  await stack?.stop();
 });
 
 const queued = () => queuedJobs(client);

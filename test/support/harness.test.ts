@@ -1,7 +1,7 @@
 // The harness every other test relies on: a real redis-server, and processes that say when they are ready.
 import { connect } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { startProcess, startRedis } from './index.ts';
+import { startProcess, startRedis, startStack } from './index.ts';
 
 /** One RESP round trip over a plain socket, so this test needs no Redis client. */
 function ping(port: number): Promise<string> {
@@ -38,5 +38,35 @@ describe('test harness', () => {
         ready: /never/,
       }),
     ).rejects.toThrow(/exited \(3\)[\s\S]*booting/);
+  });
+
+  it('starts a whole stack that serves, and stops all of it', async () => {
+    const stack = await startStack({ gateways: 2 });
+    expect(stack.gateways).toHaveLength(2);
+    expect(stack.gateway).toBe(stack.gateways[0]);
+    expect(stack.env).toMatchObject({ REDIS_URL: stack.redis.url, VLLM_URL: stack.sim.url });
+    const res = await fetch(`${stack.gateways[1]!.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'hi' }],
+        max_tokens: 2,
+      }),
+    });
+    expect(res.status).toBe(200);
+    await stack.stop();
+    await expect(ping(stack.redis.port)).rejects.toThrow(/ECONNREFUSED/);
+    await expect(fetch(`${stack.gateway.url}/healthz`)).rejects.toThrow();
+  });
+
+  it('says so when a test reads a gateway it did not ask for', async () => {
+    const stack = await startStack({ gateways: 0 });
+    try {
+      expect(() => stack.gateway).toThrow('startStack: no gateway was started');
+      expect(stack.dispatcher.url).toMatch(/^http:/);
+    } finally {
+      await stack.stop();
+    }
   });
 });

@@ -10,3 +10,4 @@ export {
 } from './engine-sim.ts';
 export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
 export { queuedJobs } from './queue.ts';
+export { startStack, type Stack, type StackOptions } from './stack.ts';
