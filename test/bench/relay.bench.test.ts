@@ -2,6 +2,7 @@
 // engine and through Sluice: chunks per second delivered, and the inter-token latency the
 // client sees (the gap between consecutive `data:` events at the client).
 import { performance } from 'node:perf_hooks';
+import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -126,14 +127,40 @@ async function run(url: string) {
   };
 }
 
+/** PUBLISH commands Redis has run so far (INFO commandstats). */
+async function publishCalls(client: Redis): Promise<number> {
+  return Number(/^cmdstat_publish:calls=(\d+)/m.exec(await client.info('commandstats'))?.[1] ?? 0);
+}
+
+/** Reply frames the dispatcher has published so far, from its own metrics. */
+async function relayFrames(): Promise<number> {
+  const text = await (await fetch(`${dispatcher.url}/metrics`)).text();
+  let frames = 0;
+  for (const m of text.matchAll(/^sluice_relay_frames_total\{[^}]*\} (\d+)/gm))
+    frames += Number(m[1]);
+  return frames;
+}
+
 it('relays 256 concurrent token streams, against the engine straight', async () => {
   const direct = await run(sim.url);
-  const pids = [gateway.process.child.pid!, dispatcher.process.child.pid!];
+  const pids = [
+    gateway.process.child.pid!,
+    dispatcher.process.child.pid!,
+    redis.process.child.pid!,
+  ];
   const cpuBefore = pids.map(cpuSeconds);
+  const client = new Redis(redis.url);
+  const publishesBefore = await publishCalls(client);
+  const framesBefore = await relayFrames();
   const start = performance.now();
   const sluice = await run(gateway.url);
   const seconds = (performance.now() - start) / 1000;
-  const [gatewayCpu, dispatcherCpu] = pids.map((pid, i) => cpuSeconds(pid) - cpuBefore[i]!);
+  const [gatewayCpu, dispatcherCpu, redisCpu] = pids.map(
+    (pid, i) => cpuSeconds(pid) - cpuBefore[i]!,
+  );
+  const framesPerPublish =
+    ((await relayFrames()) - framesBefore) / ((await publishCalls(client)) - publishesBefore);
+  await client.quit();
   expect(sluice.minChunks, 'every stream delivered every token').toBeGreaterThanOrEqual(TOKENS);
   expect(sluice.chunks).toBe(direct.chunks);
 
@@ -178,6 +205,16 @@ it('relays 256 concurrent token streams, against the engine straight', async () 
       name: 'dispatcher CPU while relaying',
       value: round((dispatcherCpu! / seconds) * 100, 0),
       unit: '% of a core',
+    },
+    {
+      name: 'Redis CPU while relaying',
+      value: round((redisCpu! / seconds) * 100, 0),
+      unit: '% of a core',
+    },
+    {
+      name: 'reply frames per PUBLISH (one per gateway replica and turn of the event loop)',
+      value: round(framesPerPublish, 1),
+      unit: 'frames',
     },
   ];
   const series: Series[] = [

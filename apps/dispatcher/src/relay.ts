@@ -1,11 +1,13 @@
 // Reply frames for one job, published on its gateway replica's channel.
 //
 // Data chunks that arrive together (a busy engine emits many tokens per tick) are joined
-// into one frame and published on the next turn of the event loop, so a token does not
-// cost a Redis round trip; the publisher connection auto-pipelines what one turn sends.
+// into one frame, and every frame made in one turn of the event loop goes out at the end of
+// it: one PUBLISH per gateway replica, bundling the frames of all its jobs, so a token costs
+// neither a Redis round trip nor a command of its own.
 // A relay that sent nothing for `livenessMs` sends an `alive` frame, so the gateway can
 // tell a long prefill from a dead dispatcher.
 import {
+  encodeBundle,
   encodeDataFrame,
   encodeFrame,
   type ErrorInfo,
@@ -84,10 +86,15 @@ export class ReplyRelay {
   }
 }
 
+/** Largest bundle: a longer run of frames for one replica goes out in several messages. */
+const BUNDLE_BYTES = 1024 * 1024;
+
 /** Owns the flush turn and the liveness timer for every relay of a dispatcher. */
 export class RelayHub {
   private readonly due = new Set<ReplyRelay>();
   private readonly live = new Set<ReplyRelay>();
+  /** Frames made in this turn, per replica channel, in the order they were made. */
+  private readonly outbox = new Map<string, Buffer[]>();
   private flushScheduled = false;
   private readonly timer: NodeJS.Timeout;
 
@@ -115,25 +122,56 @@ export class RelayHub {
 
   schedule(relay: ReplyRelay): void {
     this.due.add(relay);
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    setImmediate(() => {
-      this.flushScheduled = false;
-      for (const r of this.due) r.flush();
-      this.due.clear();
-    });
+    this.scheduleFlush();
   }
 
   publish(relay: ReplyRelay, message: Buffer, type: Frame['type'], dataBytes: number): void {
     relay.lastSentAt = this.now();
     this.onFrame(type, dataBytes);
-    // A failed publish is not retried: the gateway notices the gap or the silence and
-    // tells its client, which is the honest outcome.
-    this.publisher.publish(relay.channelName, message).catch(() => {});
+    const frames = this.outbox.get(relay.channelName);
+    if (frames) frames.push(message);
+    else this.outbox.set(relay.channelName, [message]);
+    this.scheduleFlush();
   }
 
+  /** Stops the liveness timer and sends what this turn has made so far. */
   stop(): void {
     clearInterval(this.timer);
+    this.flush();
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    // Still marked as scheduled while relays flush their data into the outbox below.
+    for (const r of this.due) r.flush();
+    this.due.clear();
+    for (const [channel, frames] of this.outbox) {
+      let first = 0;
+      let bytes = 0;
+      frames.forEach((frame, i) => {
+        if (i > first && bytes + frame.length > BUNDLE_BYTES) {
+          this.send(channel, frames.slice(first, i));
+          first = i;
+          bytes = 0;
+        }
+        bytes += 4 + frame.length;
+      });
+      this.send(channel, frames.slice(first));
+    }
+    this.outbox.clear();
+    this.flushScheduled = false;
+  }
+
+  private send(channel: string, frames: Buffer[]): void {
+    const message = frames.length === 1 ? frames[0]! : encodeBundle(frames);
+    // A failed publish is not retried: the gateway notices the gap or the silence and
+    // tells its client, which is the honest outcome.
+    this.publisher.publish(channel, message).catch(() => {});
   }
 
   private sendLiveness(): void {

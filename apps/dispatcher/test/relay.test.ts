@@ -1,5 +1,5 @@
 // Reply frames on a real Redis channel: order, sequence numbers, batching, liveness.
-import { decodeFrame, type Frame } from '@sluice/protocol';
+import { decodeFrame, messageFrames, type Frame } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,22 +20,30 @@ afterAll(async () => {
   await server.stop();
 });
 
-/** Collects frames from `channel` until one of type `until` arrives. */
+/**
+ * Collects frames from `channel` until `count` frames of type `until` arrived, and how many
+ * pub/sub messages carried them.
+ */
 async function collect(
   channel: string,
   until: Frame['type'],
-): Promise<{ frames: Frame[]; done: Promise<Frame[]> }> {
+  count = 1,
+): Promise<{ frames: Frame[]; messages: () => number; done: Promise<Frame[]> }> {
   const frames: Frame[] = [];
+  let messages = 0;
+  let seen = 0;
   let finish!: (f: Frame[]) => void;
   const done = new Promise<Frame[]>((r) => (finish = r));
   subscriber.on('messageBuffer', (ch: Buffer, message: Buffer) => {
     if (ch.toString() !== channel) return;
-    const frame = decodeFrame(message);
-    frames.push(frame);
-    if (frame.type === until) finish(frames);
+    messages += 1;
+    for (const frame of messageFrames(message).map(decodeFrame)) {
+      frames.push(frame);
+      if (frame.type === until && (seen += 1) === count) finish(frames);
+    }
   });
   await subscriber.subscribe(channel);
-  return { frames, done };
+  return { frames, messages: () => messages, done };
 }
 
 describe('reply relay', () => {
@@ -69,5 +77,47 @@ describe('reply relay', () => {
     relay.error({ status: 503, code: 'engine_unreachable', message: 'gone' });
     hub.close(relay);
     hub.stop();
+  });
+
+  it('sends the frames of every job for one replica made in one turn as one message, in order', async () => {
+    const { done, messages } = await collect('c3', 'end', 10);
+    const other = await collect('c4', 'end');
+    const hub = new RelayHub(publisher, 60_000, Date.now);
+    const relays = Array.from({ length: 10 }, (_, i) => hub.open(`job-${i}`, 'c3'));
+    const elsewhere = hub.open('job-x', 'c4');
+    for (const relay of [...relays, elsewhere]) {
+      relay.start({ engine: 'e', loadState: 'normal' });
+      relay.head({ status: 200, contentType: 'application/json' });
+      relay.data(Buffer.from(`{"job":"${relay.jobId}"}`));
+      relay.end();
+      hub.close(relay);
+    }
+    hub.stop();
+    const frames = await done;
+    expect(messages()).toBe(1);
+    expect(frames).toHaveLength(40);
+    for (let i = 0; i < 10; i += 1) {
+      const own = frames.filter((f) => f.jobId === `job-${i}`);
+      expect(own.map((f) => `${f.type}${f.seq}`)).toEqual(['start0', 'head1', 'data2', 'end3']);
+    }
+    expect((await other.done).map((f) => f.jobId)).toEqual(['job-x', 'job-x', 'job-x', 'job-x']);
+  });
+
+  it('splits a turn of more than a megabyte for one replica into several messages', async () => {
+    const { done, messages } = await collect('c5', 'end', 3);
+    const hub = new RelayHub(publisher, 60_000, Date.now);
+    for (let i = 0; i < 3; i += 1) {
+      const relay = hub.open(`big-${i}`, 'c5');
+      relay.head({ status: 200, contentType: 'application/json' });
+      relay.data(Buffer.alloc(600 * 1024, 0x61));
+      relay.end();
+      hub.close(relay);
+    }
+    hub.stop();
+    const frames = await done;
+    expect(messages()).toBe(3);
+    expect(frames.map((f) => `${f.jobId} ${f.type}`)).toEqual(
+      [0, 1, 2].flatMap((i) => [`big-${i} head`, `big-${i} data`, `big-${i} end`]),
+    );
   });
 });

@@ -1,6 +1,6 @@
 // This replica's reply channel: frames from the dispatcher, routed to held requests by
 // job id, and a watchdog that ends requests whose dispatcher went silent.
-import { decodeFrame, ProtocolError, frameJobId } from '@sluice/protocol';
+import { decodeFrame, frameJobId, messageFrames, ProtocolError } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
@@ -33,7 +33,21 @@ export class ReplyRouter {
     clearInterval(this.watchdog);
   }
 
+  /** A message is one frame or a bundle of frames, each for its own request. */
   private route(message: Buffer): void {
+    let frames: Buffer[];
+    try {
+      frames = messageFrames(message);
+    } catch (err) {
+      if (!(err instanceof ProtocolError)) throw err;
+      // No frame of it can be trusted; its requests see the gap or the silence.
+      this.onBadFrame('undecodable', err.message);
+      return;
+    }
+    for (const frame of frames) this.routeFrame(frame);
+  }
+
+  private routeFrame(message: Buffer): void {
     const jobId = frameJobId(message);
     const held = jobId === undefined ? undefined : this.held.get(jobId);
     if (!held) {

@@ -1,7 +1,10 @@
 // Reply frames: dispatcher -> gateway replica, over that replica's pub/sub channel.
 //
-// Wire form (one pub/sub message per frame, bytes):
+// Wire form (bytes): a pub/sub message is one frame,
 //   <type><jobId> <seq>\n<payload>
+// or a bundle of the frames one dispatcher had for one replica in one turn of its event loop,
+//   B(<uint32 big-endian length><frame>)+
+// so a busy relay costs one PUBLISH per replica and turn, not one per frame.
 // `type` is one ASCII letter; `seq` counts 0, 1, 2... per job so a lost frame shows up as a
 // gap. Payloads: `data` carries the engine's bytes verbatim (never parsed on the way);
 // `start`, `head` and `error` carry a small JSON object; `alive` and `end` carry nothing.
@@ -148,6 +151,47 @@ export function decodeFrame(message: Buffer): Frame {
       if (payload.length > 0) throw new ProtocolError(`${type} frame carries no payload`);
       return { type, jobId, seq };
   }
+}
+
+const BUNDLE = 0x42; // 'B'
+
+/** Bundles frames already encoded into one message (at least two; one goes as it is). */
+export function encodeBundle(frames: readonly Buffer[]): Buffer {
+  let size = 1;
+  for (const f of frames) size += 4 + f.length;
+  const out = Buffer.allocUnsafe(size);
+  out[0] = BUNDLE;
+  let at = 1;
+  for (const f of frames) {
+    out.writeUInt32BE(f.length, at);
+    f.copy(out, at + 4);
+    at += 4 + f.length;
+  }
+  return out;
+}
+
+/**
+ * The frames of one pub/sub message: itself if it is a frame, the frames it carries if it is a
+ * bundle (views into the message, not copies). A bundle whose lengths do not add up to its
+ * size is refused whole: no frame of it can be trusted.
+ */
+export function messageFrames(message: Buffer): Buffer[] {
+  if (message[0] !== BUNDLE) return [message];
+  const frames: Buffer[] = [];
+  let at = 1;
+  while (at < message.length) {
+    if (at + 4 > message.length)
+      throw new ProtocolError(`bundle truncated: ${message.length - at} bytes left, not a length`);
+    const length = message.readUInt32BE(at);
+    if (length === 0 || at + 4 + length > message.length)
+      throw new ProtocolError(
+        `bundle frame of ${length} bytes at offset ${at} does not fit in ${message.length} bytes`,
+      );
+    frames.push(message.subarray(at + 4, at + 4 + length));
+    at += 4 + length;
+  }
+  if (frames.length === 0) throw new ProtocolError('bundle carries no frame');
+  return frames;
 }
 
 /** Cancel requests on the cancel channel: `<jobId> <reason>`. */

@@ -3,10 +3,12 @@ import { describe, expect, it } from 'vitest';
 import {
   decodeCancel,
   decodeFrame,
+  encodeBundle,
   encodeCancel,
   encodeDataFrame,
   encodeFrame,
   frameJobId,
+  messageFrames,
   type Frame,
 } from '../src/frames.ts';
 import { ProtocolError } from '../src/errors.ts';
@@ -94,6 +96,42 @@ describe('reply frames', () => {
       fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
         try {
           decodeFrame(Buffer.from(bytes));
+        } catch (err) {
+          expect(err).toBeInstanceOf(ProtocolError);
+        }
+      }),
+    );
+  });
+
+  it('bundles frames into one message and gives them back in order, byte for byte', () => {
+    fc.assert(
+      fc.property(fc.array(frame, { minLength: 2, maxLength: 20 }), (frames) => {
+        const bundle = encodeBundle(frames.map(encodeFrame));
+        expect(messageFrames(bundle).map(decodeFrame)).toEqual(frames);
+      }),
+    );
+  });
+
+  it('reads a plain frame as a message of one frame', () => {
+    const message = encodeFrame({ type: 'end', jobId: 'j', seq: 4 });
+    expect(messageFrames(message)).toEqual([message]);
+  });
+
+  it.each([
+    ['a bundle with no frame', Buffer.from('B'), /carries no frame/],
+    ['a truncated length', Buffer.from([0x42, 0, 0, 1]), /truncated/],
+    ['a length past the end', Buffer.from([0x42, 0, 0, 0, 9, 0x45]), /does not fit/],
+    ['a frame of length zero', Buffer.from([0x42, 0, 0, 0, 0]), /does not fit/],
+  ])('refuses %s whole with a ProtocolError', (_name, bytes, message) => {
+    expect(() => messageFrames(bytes)).toThrow(ProtocolError);
+    expect(() => messageFrames(bytes)).toThrow(message);
+  });
+
+  it('never throws anything but ProtocolError on an arbitrary bundle', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+        try {
+          messageFrames(Buffer.concat([Buffer.from('B'), Buffer.from(bytes)]));
         } catch (err) {
           expect(err).toBeInstanceOf(ProtocolError);
         }
