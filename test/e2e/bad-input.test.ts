@@ -1,7 +1,10 @@
 // Every boundary answers bad input with the documented status and a message that says
 // what was wrong; the process stays up and nothing reaches the engine.
+import { keySpace } from '@sluice/protocol';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  eventually,
   startStack,
   type SluiceProcess,
   type Stack,
@@ -102,5 +105,34 @@ describe('bad input at the gateway', () => {
     const res = await fetch(`${gateway.url}/readyz`);
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ redis: true, leaders: { default: true } });
+  });
+
+  it('counts and drops reply messages that do not decode, and keeps serving', async () => {
+    const { replica } = (await (await fetch(`${gateway.url}/healthz`)).json()) as {
+      replica: string;
+    };
+    const client = new Redis(stack.redis.url);
+    const channel = keySpace('sluice').replyChannel(replica);
+    // A bundle whose length runs past its end, and a frame of an unknown type.
+    await client.publish(channel, Buffer.from([0x42, 0, 0, 0, 9, 0x45]));
+    await client.publish(channel, Buffer.from('Qnot-a-frame'));
+    await client.quit();
+    const counted = (kind: string) => async () => {
+      const text = await (await fetch(`${gateway.url}/metrics`)).text();
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith(`sluice_bad_frames_total{kind="${kind}"}`));
+      return line?.endsWith(' 1') ? true : undefined;
+    };
+    await eventually(counted('undecodable'), 'the bad bundle to be counted');
+    await eventually(counted('unknown_job'), 'the stray frame to be counted');
+    const ok = await post(
+      JSON.stringify({
+        model: 'm',
+        messages: [{ role: 'user', content: 'still fine' }],
+        max_tokens: 2,
+      }),
+    );
+    expect(ok.status).toBe(200);
   });
 });
