@@ -89,6 +89,8 @@ export class ReplyRelay {
 /** Largest bundle: a longer run of frames for one replica goes out in several messages. */
 const BUNDLE_BYTES = 1024 * 1024;
 
+const bundle = (frames: Buffer[]) => (frames.length === 1 ? frames[0]! : encodeBundle(frames));
+
 /** Owns the flush turn and the liveness timer for every relay of a dispatcher. */
 export class RelayHub {
   private readonly due = new Set<ReplyRelay>();
@@ -150,28 +152,27 @@ export class RelayHub {
     // Still marked as scheduled while relays flush their data into the outbox below.
     for (const r of this.due) r.flush();
     this.due.clear();
+    // An explicit pipeline goes out in one write now; a plain publish on the auto-pipelined
+    // connection would wait for yet another turn.
+    const pipeline = this.publisher.pipeline();
     for (const [channel, frames] of this.outbox) {
       let first = 0;
       let bytes = 0;
       frames.forEach((frame, i) => {
         if (i > first && bytes + frame.length > BUNDLE_BYTES) {
-          this.send(channel, frames.slice(first, i));
+          pipeline.publish(channel, bundle(frames.slice(first, i)));
           first = i;
           bytes = 0;
         }
         bytes += 4 + frame.length;
       });
-      this.send(channel, frames.slice(first));
+      pipeline.publish(channel, bundle(frames.slice(first)));
     }
     this.outbox.clear();
     this.flushScheduled = false;
-  }
-
-  private send(channel: string, frames: Buffer[]): void {
-    const message = frames.length === 1 ? frames[0]! : encodeBundle(frames);
     // A failed publish is not retried: the gateway notices the gap or the silence and
     // tells its client, which is the honest outcome.
-    this.publisher.publish(channel, message).catch(() => {});
+    if (pipeline.length > 0) pipeline.exec().catch(() => {});
   }
 
   private sendLiveness(): void {
