@@ -11,12 +11,12 @@
 // the simulator runs `timeScale` times faster than the wall clock, so a wall-clock duration
 // measured by the client is multiplied by `timeScale`. Nothing here asserts a timing.
 import { performance } from 'node:perf_hooks';
-import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   eventually,
+  queuedJobs,
   startDispatcher,
   startEngineSim,
   startGateway,
@@ -144,20 +144,11 @@ async function deploy(key: SetupKey, engine: TestEngineSim): Promise<Deployment>
       async () => (await fetch(`${gateway.url}/readyz`)).ok || undefined,
       'gateway ready',
     );
-  const keys = keySpace();
-  const queue = `${keys.prefix}:${keys.queueName('default')}`;
   const client = new Redis(redis.url);
   await client.ping(); // connected before the first sample
   return {
     targets: gateways.map((g) => g.url),
-    queued: async () => {
-      const replies = await client
-        .pipeline()
-        .llen(`${queue}:wait`)
-        .zcard(`${queue}:prioritized`)
-        .exec();
-      return (replies ?? []).reduce((n, [, count]) => n + Number(count ?? 0), 0);
-    },
+    queued: () => queuedJobs(client),
     stop: async () => {
       await client.quit();
       await Promise.all(processes.map((p) => p.stop()));

@@ -13,10 +13,10 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
   eventually,
   startDispatcher,
-  startEngineSim,
   startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -63,35 +63,28 @@ const chat = (stream: boolean) =>
     stream,
   });
 
+let stack: Stack;
 let redis: TestRedis;
 let sim: TestEngineSim;
-let dispatcher: SluiceProcess | undefined;
+/** The stack's dispatcher and gateway, until the breakdown restarts both with its recorder. */
+let dispatcher: SluiceProcess;
 let gateway: SluiceProcess;
 const agent = new Agent({ connections: 1 });
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
   // LOG_LEVEL stays at the harness's `info`: the harness waits for the info-level ready line,
   // and nothing on the request path logs at info.
-  env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '64',
-    VLLM_MAX_QUEUE_DEPTH: '100000',
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({
+    env: { ADMISSION_MAX_INFLIGHT: '64', VLLM_MAX_QUEUE_DEPTH: '100000' },
+  });
+  ({ redis, sim, dispatcher, gateway, env } = stack);
 });
 
 afterAll(async () => {
   await agent.close();
-  await gateway?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
+  await Promise.all([gateway?.stop(), dispatcher?.stop()]);
+  await stack?.stop();
 });
 
 /**
@@ -214,7 +207,7 @@ async function sustained(figures: Figure[], notes: string[]) {
   const client = new Redis(redis.url);
   const pids = {
     gateway: gateway.process.child.pid!,
-    dispatcher: dispatcher!.process.child.pid!,
+    dispatcher: dispatcher.process.child.pid!,
     engine: sim.process.child.pid!,
     redis: redis.process.child.pid!,
   };
@@ -322,8 +315,7 @@ const BREAKDOWN_REQUESTS = 300;
  */
 async function whereTheTimeGoes(result: ScenarioResult) {
   const ping = await roundTrips(result.figures);
-  await Promise.all([gateway.stop(), dispatcher?.stop()]);
-  dispatcher = undefined;
+  await Promise.all([gateway.stop(), dispatcher.stop()]);
   const dir = mkdtempSync(join(tmpdir(), 'sluice-stages-'));
   const traced = {
     ...env,

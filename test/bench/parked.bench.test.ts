@@ -8,13 +8,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
   eventually,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 import { residentBytes, round, writeResult, type Figure, type Series } from './results.ts';
 
@@ -31,46 +28,35 @@ const fdLimit = Number(
 );
 const CLIENTS = Math.min(WANTED, fdLimit - 500);
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
-let dispatcher: SluiceProcess;
 let gateway: SluiceProcess;
 const sockets: Socket[] = [];
 const blocker = new AbortController();
 
 beforeAll(async () => {
-  redis = await startRedis();
   // 20 tokens/s: the blocker's 100,000 tokens outlast the scenario many times over.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--decode-seconds-per-sequence',
-    '0.05',
-  ]);
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: '1',
-    VLLM_MAX_QUEUE_DEPTH: '20000',
-    SSE_HEARTBEAT_SECONDS: String(HEARTBEAT_SECONDS),
-    ADMISSION_MAX_PARK_SECONDS: '600',
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({
+    sim: ['--decode-seconds-per-sequence', '0.05'],
+    env: {
+      ADMISSION_MAX_INFLIGHT: '1',
+      VLLM_MAX_QUEUE_DEPTH: '20000',
+      SSE_HEARTBEAT_SECONDS: String(HEARTBEAT_SECONDS),
+      ADMISSION_MAX_PARK_SECONDS: '600',
+    },
+  });
+  ({ sim, gateway } = stack);
 });
 
 afterAll(async () => {
   // Nothing is measured any more: kill the broker rather than let it dequeue every client and
   // wait for the blocker's job.
-  await gateway?.stop('SIGKILL');
-  await dispatcher?.stop('SIGKILL');
+  await Promise.all(
+    [...(stack?.gateways ?? []), ...(stack?.dispatchers ?? [])].map((p) => p.stop('SIGKILL')),
+  );
   blocker.abort();
   for (const socket of sockets) socket.destroy();
-  await sim?.stop();
-  await redis?.stop();
+  await stack?.stop();
 });
 
 /** A client's keep-alives: how many so far, when the last came, the longest gap between two. */

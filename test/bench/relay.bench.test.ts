@@ -6,11 +6,9 @@ import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -24,35 +22,25 @@ const TOKENS = 360;
 const STEP_OVERHEAD_SECONDS = 0.025;
 const DECODE_SECONDS_PER_SEQUENCE = 0.00002;
 
+let stack: Stack;
 let redis: TestRedis;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
 let gateway: SluiceProcess;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim([
-    ...['--profile', 'instant', '--model', 'm', '--max-num-seqs', String(STREAMS)],
-    ...['--step-overhead-seconds', String(STEP_OVERHEAD_SECONDS)],
-    ...['--decode-seconds-per-sequence', String(DECODE_SECONDS_PER_SEQUENCE)],
-  ]);
-  const env = {
-    REDIS_URL: redis.url,
-    VLLM_URL: sim.url,
-    VLLM_MODEL: 'm',
-    ADMISSION_MAX_INFLIGHT: String(STREAMS),
-    VLLM_MAX_QUEUE_DEPTH: String(STREAMS * 4),
-  };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({
+    sim: [
+      ...['--max-num-seqs', String(STREAMS)],
+      ...['--step-overhead-seconds', String(STEP_OVERHEAD_SECONDS)],
+      ...['--decode-seconds-per-sequence', String(DECODE_SECONDS_PER_SEQUENCE)],
+    ],
+    env: { ADMISSION_MAX_INFLIGHT: String(STREAMS), VLLM_MAX_QUEUE_DEPTH: String(STREAMS * 4) },
+  });
+  ({ redis, sim, dispatcher, gateway } = stack);
 });
 
-afterAll(async () => {
-  await gateway?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 /** One stream: the arrival time (ms since `origin`) of each of its token events. */
 async function stream(agent: Agent, url: string, i: number, origin: number): Promise<number[]> {
