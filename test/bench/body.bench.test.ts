@@ -3,6 +3,7 @@
 // rewrite), in this process. Needs `--expose-gc` (the bench config passes it) for the bytes.
 import { Buffer } from 'node:buffer';
 import { performance } from 'node:perf_hooks';
+import { defaultDegradation } from '@sluice/config';
 import { peekRequest, rewriteRequest, type RewritePlan } from '@sluice/openai';
 import { expect, it } from 'vitest';
 import { round, summarize, writeResult, type Figure, type ScenarioResult } from './results.ts';
@@ -12,15 +13,16 @@ const REPEATS = 3;
 /** Milliseconds of timed calls per measurement, after the warm-up. */
 const MEASURE_MS = 200;
 
-/** The `lazy` profile's edit (libs/config's default degradation). */
+/** The shipped `lazy` profile's edit (libs/config's default degradation), on a chat body. */
+const lazy = defaultDegradation.profiles.find((p) => p.name === 'lazy')!;
 const PLAN: RewritePlan = {
   endpoint: 'chat',
-  instruction: 'Provide extremely short answers only. No explanations. Code only if asked.',
+  instruction: lazy.instruction!,
   systemPrompt: 'prepend',
   completionPrefix: false,
-  maxTokensFactor: 0.3,
-  minMaxTokens: 16,
-  defaultMaxTokens: 1024,
+  maxTokensFactor: lazy.maxTokensFactor,
+  minMaxTokens: defaultDegradation.minMaxTokens,
+  defaultMaxTokens: defaultDegradation.defaultMaxTokens,
 };
 
 const WORDS = (

@@ -10,7 +10,7 @@ import {
   type LoadState,
 } from '@sluice/admission';
 import type { DegradationConfig } from '@sluice/config';
-import { peekRequest, rewriteRequest } from '@sluice/openai';
+import { peekRequest, rewriteRequest, type RewritePlan } from '@sluice/openai';
 import type { CompletionPath } from '@sluice/protocol';
 
 export interface Degraded {
@@ -23,8 +23,27 @@ export interface Degraded {
 
 export class PoolLoad {
   private state: LoadState = initialLoadState();
+  /** Each profile's edit per endpoint, built once: the config does not change. */
+  private readonly plans: ReadonlyArray<Record<'chat' | 'completion', RewritePlan>>;
 
-  constructor(private readonly config: DegradationConfig) {}
+  constructor(private readonly config: DegradationConfig) {
+    const plan = (
+      profile: DegradationConfig['profiles'][number],
+      endpoint: 'chat' | 'completion',
+    ): RewritePlan => ({
+      endpoint,
+      ...(profile.instruction === undefined ? {} : { instruction: profile.instruction }),
+      systemPrompt: config.systemPrompt,
+      completionPrefix: config.completionPrefix,
+      maxTokensFactor: profile.maxTokensFactor,
+      minMaxTokens: config.minMaxTokens,
+      defaultMaxTokens: config.defaultMaxTokens,
+    });
+    this.plans = config.profiles.map((p) => ({
+      chat: plan(p, 'chat'),
+      completion: plan(p, 'completion'),
+    }));
+  }
 
   get profile(): string {
     return this.config.profiles[this.state.index]?.name ?? 'normal';
@@ -53,15 +72,12 @@ export class PoolLoad {
     )
       return { body, state: this.config.profiles[0]?.name ?? 'normal', degraded: false };
     const bytes = Buffer.from(body);
-    const rewritten = rewriteRequest(bytes, peekRequest(bytes), {
-      endpoint: path === '/v1/chat/completions' ? 'chat' : 'completion',
-      ...(profile.instruction === undefined ? {} : { instruction: profile.instruction }),
-      systemPrompt: this.config.systemPrompt,
-      completionPrefix: this.config.completionPrefix,
-      maxTokensFactor: profile.maxTokensFactor,
-      minMaxTokens: this.config.minMaxTokens,
-      defaultMaxTokens: this.config.defaultMaxTokens,
-    });
+    const plans = this.plans[this.state.index]!;
+    const rewritten = rewriteRequest(
+      bytes,
+      peekRequest(bytes),
+      path === '/v1/chat/completions' ? plans.chat : plans.completion,
+    );
     return { body: rewritten, state: profile.name, degraded: true };
   }
 }
