@@ -69,7 +69,16 @@ beforeAll(async () => {
       '',
     ].join('\n'),
   );
-  env = { REDIS_URL: redis.url, SLUICE_CONFIG: config, VLLM_MAX_QUEUE_DEPTH: '100' };
+  env = {
+    REDIS_URL: redis.url,
+    SLUICE_CONFIG: config,
+    VLLM_MAX_QUEUE_DEPTH: '100',
+    // One scrape at start-up (idle engines), then none while the tests run: these tests are
+    // about the in-flight caps. A scrape mid-burst may rightly hold an engine below its cap
+    // (requests released while it was on the wire count as traffic that bypassed the broker;
+    // gauges.test.ts covers that), which would make "filled to its cap" a matter of timing.
+    ENGINE_SCRAPE_INTERVAL_MS: '60000',
+  };
   dispatcher = await startDispatcher(env);
   gateway = await startGateway(env);
   client = new Redis(redis.url);
