@@ -1,4 +1,5 @@
 export { peekRequest } from './peek.js';
+export { estimatePromptTokens } from './estimate.js';
 export { RequestPeekError } from './errors.js';
 export type { RequestPeekErrorCode } from './errors.js';
 export { MAX_DEPTH } from './scan.js';

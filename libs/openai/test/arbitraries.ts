@@ -75,7 +75,7 @@ export class Members {
   constructor(readonly entries: readonly (readonly [string, Value])[]) {}
 }
 
-const anyString = fc.oneof(
+export const anyString = fc.oneof(
   fc.string(),
   fc.string({ unit: 'binary', maxLength: 20 }),
   fc.constantFrom('', 'gpt-4o', 'meta-llama/Llama-3.1-8B-Instruct', 'café-模型-😀', '\u2028'),
@@ -100,7 +100,7 @@ const tokenNumber = fc.oneof(
   fc.integer({ min: -5, max: 5 }),
   fc.double(),
 );
-const message = fc.record({
+export const message = fc.record({
   role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
   content: fc.oneof(anyString, fc.array(fc.record({ type: fc.constant('text'), text: anyString }))),
 });

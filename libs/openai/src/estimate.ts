@@ -1,0 +1,134 @@
+// The prompt-token estimate: one forward pass over the bytes of the `messages` or `prompt`
+// span the peek found, counting the characters of string values (Unicode code points after
+// unescaping) without decoding them. No allocation, no JSON.parse, never throws; on bytes that
+// are not well-formed JSON it still ends, with a count of whatever it saw.
+//
+// As in scan.ts, the loops compare against byte literals (named in a comment) and copy the
+// table into a local: V8 reloads an imported or module-level binding on every use.
+
+import type { ByteSpan, PeekedRequest } from './types.js';
+
+/** Characters per token: vLLM's tokenizers average ~4 on English; the engine simulator uses 4. */
+const CHARS_PER_TOKEN = 4;
+
+/**
+ * Per byte inside a string: 0 for a byte that starts a character (ASCII or a UTF-8 lead byte),
+ * 1 for a UTF-8 continuation byte (0b10xxxxxx), 2 for '"' and '\' (the run ends there).
+ */
+const STRING_BYTE = new Uint8Array(256);
+for (let c = 0x80; c < 0xc0; c++) STRING_BYTE[c] = 1;
+STRING_BYTE[0x22] = 2;
+STRING_BYTE[0x5c] = 2;
+
+/**
+ * Estimated prompt tokens of a peeked chat/completions request: `messages` when present (the
+ * characters of every string value in it, over 4, rounded up), else `prompt` (each string
+ * ceil(characters / 4), each token id 1), else 0. See the README ("Prompt-token estimate").
+ * `peeked` must be `peekRequest(body)`; a span that does not fit the body is clamped to it.
+ */
+export function estimatePromptTokens(body: Uint8Array, peeked: PeekedRequest): number {
+  const messages = peeked.messages;
+  if (messages !== undefined) {
+    return Math.ceil(countSpan(body, messages, false) / CHARS_PER_TOKEN);
+  }
+  const prompt = peeked.prompt;
+  if (prompt !== undefined) return countSpan(body, prompt, true);
+  return 0;
+}
+
+/**
+ * Walks the span once. Object keys (a string followed by ':') never count. `perString` false:
+ * returns the total code points of all string values (numbers and literals count nothing).
+ * `perString` true: returns the sum of ceil(code points / 4) over the string values, plus 1 per
+ * number (a token id).
+ */
+function countSpan(b: Uint8Array, span: ByteSpan, perString: boolean): number {
+  let i = span.start;
+  let n = span.end;
+  if (!Number.isSafeInteger(i) || !Number.isSafeInteger(n)) return 0;
+  if (i < 0) i = 0;
+  if (n > b.length) n = b.length;
+  const table = STRING_BYTE;
+  let total = 0;
+  while (i < n) {
+    const c = b[i]!;
+    if (c === 0x22 /* " */) {
+      // A string: count its code points, a run of plain bytes at a time.
+      i++;
+      let chars = 0;
+      for (;;) {
+        const run = i;
+        let continuation = 0;
+        let k = 0;
+        while (i < n && (k = table[b[i]!]!) < 2) {
+          continuation += k;
+          i++;
+        }
+        chars += i - run - continuation;
+        if (i >= n) break;
+        if (b[i] === 0x22 /* " */) {
+          i++;
+          break;
+        }
+        // A backslash: every escape is one character, a \uXXXX surrogate pair too.
+        chars++;
+        if (i + 1 < n && b[i + 1] === 0x75 /* u */) {
+          i += isSurrogatePair(b, i, n) ? 12 : 6;
+        } else {
+          i += 2;
+        }
+      }
+      // A key is followed by ':' (whitespace between is skipped here, once).
+      while (i < n) {
+        const w = b[i]!;
+        if (w === 0x20 || w === 0x0a || w === 0x0d || w === 0x09) i++;
+        else break;
+      }
+      if (i < n && b[i] === 0x3a /* : */) {
+        i++;
+      } else if (perString) {
+        total += Math.ceil(chars / CHARS_PER_TOKEN);
+      } else {
+        total += chars;
+      }
+    } else if (perString && (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) /* 0-9 */) {
+      // A number: one token id, whatever its form.
+      total++;
+      i++;
+      while (i < n) {
+        const d = b[i]!;
+        if (
+          (d >= 0x30 && d <= 0x39) /* 0-9 */ ||
+          d === 0x2e /* . */ ||
+          d === 0x65 /* e */ ||
+          d === 0x45 /* E */ ||
+          d === 0x2b /* + */ ||
+          d === 0x2d /* - */
+        ) {
+          i++;
+        } else {
+          break;
+        }
+      }
+    } else {
+      i++;
+    }
+  }
+  return total;
+}
+
+/**
+ * Whether the `\u` escape at `i` is a high surrogate (`\uD800`–`\uDBFF`) directly followed by a
+ * low one (`\uDC00`–`\uDFFF`): JSON.parse makes the two one code point. Looks at the third hex
+ * digit only; the peek has checked that all four are hex.
+ */
+function isSurrogatePair(b: Uint8Array, i: number, n: number): boolean {
+  if (i + 12 > n) return false;
+  if ((b[i + 2]! | 0x20) !== 0x64 /* d */) return false;
+  const high = b[i + 3]! | 0x20;
+  if (high !== 0x38 && high !== 0x39 && high !== 0x61 && high !== 0x62) return false; // 8 9 a b
+  if (b[i + 6] !== 0x5c /* \ */ || b[i + 7] !== 0x75 /* u */) return false;
+  if ((b[i + 8]! | 0x20) !== 0x64 /* d */) return false;
+  const low = b[i + 9]! | 0x20;
+  return low >= 0x63 && low <= 0x66; // c d e f
+}

@@ -1,0 +1,361 @@
+import { Buffer } from 'node:buffer';
+import fc from 'fast-check';
+import type { JsonValue } from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { estimatePromptTokens, peekRequest, RequestPeekError } from '../src/index.js';
+import type { PeekedRequest } from '../src/index.js';
+import { anyString, Members, message, requestMembers, serialize, style } from './arbitraries.js';
+import { bytes } from './helpers.js';
+
+/** Peeks `text` and estimates it. */
+const estimate = (text: string | Uint8Array): number => {
+  const body = typeof text === 'string' ? bytes(text) : text;
+  return estimatePromptTokens(body, peekRequest(body));
+};
+const chat = (messages: string): number => estimate(`{"model":"m","messages":${messages}}`);
+const completion = (prompt: string): number => estimate(`{"model":"m","prompt":${prompt}}`);
+
+// The reference: JSON.parse, then the README's rules on the parsed value.
+
+/** Code points of the string values in `v` (object keys excluded). */
+function codePoints(v: unknown): number {
+  if (typeof v === 'string') return [...v].length;
+  if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + codePoints(x), 0);
+  if (v !== null && typeof v === 'object') return codePoints(Object.values(v));
+  return 0;
+}
+
+/** A prompt: each string ceil(code points / 4), each number 1, whatever the nesting. */
+function promptTokens(v: unknown): number {
+  if (typeof v === 'string') return Math.ceil([...v].length / 4);
+  if (typeof v === 'number') return 1;
+  if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + promptTokens(x), 0);
+  if (v !== null && typeof v === 'object') return promptTokens(Object.values(v));
+  return 0;
+}
+
+function referenceEstimate(body: Uint8Array): number {
+  const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
+  const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
+  const messages = get('messages');
+  if (Array.isArray(messages)) return Math.ceil(codePoints(messages) / 4);
+  const prompt = get('prompt');
+  if (prompt !== undefined && prompt !== null) return promptTokens(prompt);
+  return 0;
+}
+
+describe('estimatePromptTokens: worked examples', () => {
+  it('chat: the characters of every string value in messages, over 4, rounded up', () => {
+    // "user" (4) + "Hello, world" (12) = 16 characters.
+    expect(chat('[{"role":"user","content":"Hello, world"}]')).toBe(4);
+    // + "!" = 17: rounded up.
+    expect(chat('[{"role":"user","content":"Hello, world!"}]')).toBe(5);
+    // Summed over messages before rounding: "system" + "Be brief." + "user" + "Hi" = 21.
+    expect(chat('[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}]')).toBe(
+      6,
+    );
+    // Text parts: every string value counts, "type" and "text" values included.
+    // "user" + "text" + "abcd" = 12.
+    expect(chat('[{"role":"user","content":[{"type":"text","text":"abcd"}]}]')).toBe(3);
+  });
+
+  it('chat: object keys never count, escaped, spaced or repeated', () => {
+    // Only the values: "a" + "b" = 2 characters.
+    expect(chat('[{"role":"a","content":"b"}]')).toBe(1);
+    expect(chat('[{"r\\u006fle":"a","a-very-long-key-name-indeed":"b"}]')).toBe(1);
+    expect(chat('[ { "role" \n : "a" , "content"\t:\r\n"b" } ]')).toBe(1);
+    // A value that looks like a key still counts: "role" (4) + "content" (7) = 11.
+    expect(chat('[{"x":"role","y":"content"}]')).toBe(3);
+  });
+
+  it('chat: escapes and UTF-8 are counted as code points', () => {
+    // Each of these is exactly 4 code points: one token, and two with one more character.
+    const one = (content: string) => [
+      chat(`[{"content":"${content}"}]`),
+      chat(`[{"content":"${content}a"}]`),
+    ];
+    expect(one('a\\nbc')).toEqual([1, 2]); // \n is one
+    expect(one('a\\"\\\\\\/')).toEqual([1, 2]); // \" \\ \/
+    expect(one('\\b\\f\\r\\t')).toEqual([1, 2]);
+    expect(one('caf\\u00e9')).toEqual([1, 2]); // \u00e9
+    expect(one('café')).toEqual([1, 2]); // é is 2 bytes
+    expect(one('ab中c')).toEqual([1, 2]); // 中 is 3 bytes
+    expect(one('ab😀c')).toEqual([1, 2]); // 😀 is 4 bytes
+    expect(one('ab\\ud83d\\ude00c')).toEqual([1, 2]); // a surrogate pair is one
+    expect(one('ab\\uD83D\\uDE00c')).toEqual([1, 2]); // in upper case too
+    expect(one('\\ud83d\\ud83d\\ude00cd')).toEqual([1, 2]); // lone high, a pair, c, d
+    expect(one('\\ude00\\ud83dxy')).toEqual([1, 2]); // low then high: two lone surrogates
+    expect(one('a\\ud83dbc')).toEqual([1, 2]); // a lone high surrogate is one
+    expect(one('\\udbff\\udfffabc')).toEqual([1, 2]); // the last pair: one
+    expect(one('\\ud800\\udc00abc')).toEqual([1, 2]); // the first pair: one
+    expect(one('\\ud83d\\udbffab')).toEqual([1, 2]); // high then high: two
+    expect(one('\\ud7ff\\udc00ab')).toEqual([1, 2]); // not a surrogate, then a lone low
+    expect(one('\\ude00\\ude00ab')).toEqual([1, 2]); // low then low: two
+    expect(one('\\ud83d\\u0041ab')).toEqual([1, 2]); // high then 'A': two
+    expect(chat('[{"content":"abcde"}]')).toBe(2);
+    expect(chat('[{"content":"ab\\ud83d\\ude00\\u00e9é中"}]')).toBe(2); // 7 code points
+  });
+
+  it('chat: numbers, booleans and nulls count nothing', () => {
+    expect(
+      chat(
+        '[{"role":"ab","content":null,"n":12345678,"x":-1.5e10,"ok":true,"no":false,' +
+          '"tool_calls":[{"id":"cd","index":0,"function":{"arguments":{}}}]}]',
+      ),
+    ).toBe(1);
+  });
+
+  it('chat: empty or value-less messages estimate 0', () => {
+    expect(chat('[]')).toBe(0);
+    expect(chat('[{}]')).toBe(0);
+    expect(chat('[{"role":"","content":""}]')).toBe(0);
+    expect(chat('[null, 1, true, [], {"a":[]}]')).toBe(0);
+  });
+
+  it('completions: a string prompt is its characters over 4, rounded up', () => {
+    expect(completion('"abcdefgh"')).toBe(2);
+    expect(completion('"abcdefghi"')).toBe(3);
+    expect(completion('"caf\\u00e9 \\ud83d\\ude00 中"')).toBe(2); // 8 code points
+    expect(completion('""')).toBe(0);
+  });
+
+  it('completions: token ids count one each', () => {
+    expect(completion('[1,2,3]')).toBe(3);
+    expect(completion('[ 0 , 128000 ,\n 42 ]')).toBe(3);
+    expect(completion('[]')).toBe(0);
+  });
+
+  it('completions: an array of strings is the sum of each string estimate', () => {
+    // ceil(5 / 4) + ceil(2 / 4) + ceil(0 / 4) = 2 + 1 + 0.
+    expect(completion('["abcde","ab",""]')).toBe(3);
+  });
+
+  it('completions: an array of arrays of ids is the total number of ids', () => {
+    expect(completion('[[1,2],[3],[]]')).toBe(3);
+  });
+
+  it('completions: other shapes vLLM refuses follow the same rules, keys excluded', () => {
+    expect(completion('7')).toBe(1);
+    expect(completion('1e2')).toBe(1);
+    expect(completion('[1.5,-0,1E+2]')).toBe(3);
+    expect(completion('true')).toBe(0);
+    expect(completion('{"abcdefgh":"abcde","n":1}')).toBe(3);
+    expect(completion('["abcde",[1,2],null,false]')).toBe(4);
+  });
+
+  it('neither messages nor prompt (absent or null): 0; messages wins over prompt', () => {
+    expect(estimate('{"model":"m"}')).toBe(0);
+    expect(estimate('{"model":"m","messages":null,"prompt":null}')).toBe(0);
+    expect(estimate('{"model":"m","messages":null,"prompt":"abcde"}')).toBe(2);
+    expect(estimate('{"model":"m","messages":[{"content":"a"}],"prompt":[1,2,3]}')).toBe(1);
+    // Other members are not looked at.
+    expect(estimate('{"model":"a long model name","prompt":"ab","suffix":"abcdefgh"}')).toBe(1);
+  });
+
+  it('never throws and always ends, whatever the bytes and spans', () => {
+    const bodies = fc.oneof(
+      fc.uint8Array({ maxLength: 64 }),
+      fc.string({ unit: 'binary' }).map(bytes),
+      fc
+        .array(
+          fc.constantFrom('"', '\\', '\\u', '\\ud83d', '\\ude00', ':', 'a', 'é', '1', '-', ' '),
+        )
+        .map((parts) => bytes(parts.join(''))),
+    );
+    const position = fc.oneof(
+      fc.integer({ min: -5, max: 80 }),
+      fc.constantFrom(Number.NaN, Infinity, -Infinity, 1.5, 2 ** 53),
+    );
+    fc.assert(
+      fc.property(bodies, position, position, fc.boolean(), (body, start, end, asPrompt) => {
+        const span = { start, end };
+        const peeked = {
+          messages: asPrompt ? undefined : span,
+          prompt: asPrompt ? span : undefined,
+        } as unknown as PeekedRequest;
+        const got = estimatePromptTokens(body, peeked);
+        expect(Number.isSafeInteger(got)).toBe(true);
+        expect(got).toBeGreaterThanOrEqual(0);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+});
+
+describe('estimatePromptTokens agrees with JSON.parse', () => {
+  const check = (body: Uint8Array): void => {
+    expect(estimatePromptTokens(body, peekRequest(body))).toBe(referenceEstimate(body));
+  };
+  const unicode = fc.oneof(
+    anyString,
+    fc.string({ unit: 'grapheme' }),
+    fc.string({ unit: 'binary' }),
+    fc.string({ unit: 'binary-ascii' }),
+  );
+  /** Messages with members the gateway does not care about, and values of every type. */
+  const richMessage = fc.record(
+    {
+      role: fc.constantFrom('system', 'user', 'assistant', 'tool', 'développeur'),
+      content: fc.oneof(
+        unicode,
+        fc.constant(null),
+        fc.array(fc.record({ type: fc.constant('text'), text: unicode })),
+      ),
+      name: unicode,
+      tool_call_id: unicode,
+      tool_calls: fc.array(
+        fc.record({
+          id: unicode,
+          index: fc.nat(),
+          function: fc.record({ name: unicode, arguments: unicode }),
+        }),
+        { maxLength: 2 },
+      ),
+      weight: fc.oneof(fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean()),
+    },
+    { requiredKeys: ['role'] },
+  );
+
+  it('on messages arrays: ceil(code points of the string values / 4)', () => {
+    fc.assert(
+      fc.property(fc.array(message, { maxLength: 8 }), style, (messages, s) => {
+        check(
+          bytes(
+            serialize(
+              new Members([
+                ['model', 'm'],
+                ['messages', messages],
+              ]),
+              s,
+            ),
+          ),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('on messages with tool calls, names, nulls, numbers and unicode text', () => {
+    fc.assert(
+      fc.property(fc.array(richMessage, { maxLength: 6 }), style, (messages, s) => {
+        const value = JSON.parse(JSON.stringify(messages)) as JsonValue;
+        check(
+          bytes(
+            serialize(
+              new Members([
+                ['messages', value],
+                ['model', 'm'],
+              ]),
+              s,
+            ),
+          ),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('on messages arrays of any JSON values, keys with unicode and escapes included', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' })),
+        style,
+        (messages, s) => {
+          check(
+            bytes(
+              serialize(
+                new Members([
+                  ['model', 'm'],
+                  ['messages', messages],
+                ]),
+                s,
+              ),
+            ),
+          );
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('on completions prompts of every shape: token ids counted exactly', () => {
+    const prompt = fc.oneof(
+      unicode,
+      fc.array(fc.nat(200_000), { maxLength: 50 }),
+      fc.array(unicode, { maxLength: 6 }),
+      fc.array(fc.array(fc.nat(200_000), { maxLength: 20 }), { maxLength: 6 }),
+      fc.jsonValue({ maxDepth: 3, stringUnit: 'grapheme' }),
+    );
+    fc.assert(
+      fc.property(prompt, style, (p, s) => {
+        check(
+          bytes(
+            serialize(
+              new Members([
+                ['model', 'm'],
+                ['prompt', p as JsonValue],
+              ]),
+              s,
+            ),
+          ),
+        );
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('on request-like objects: duplicates, nulls, junk members', () => {
+    let ok = 0;
+    fc.assert(
+      fc.property(requestMembers, style, (members, s) => {
+        const body = bytes(serialize(members, s));
+        let peeked: PeekedRequest;
+        try {
+          peeked = peekRequest(body);
+        } catch (error) {
+          if (error instanceof RequestPeekError) return;
+          throw error;
+        }
+        ok++;
+        expect(estimatePromptTokens(body, peeked)).toBe(referenceEstimate(body));
+      }),
+      { numRuns: 2000 },
+    );
+    expect(ok).toBeGreaterThan(500);
+  });
+
+  it('on long contents with escapes and multi-byte text at every position', () => {
+    const special = fc.constantFrom(
+      '\\"',
+      '\\\\',
+      '\\n',
+      '\\u00e9',
+      '\\ud83d\\ude00',
+      '\\ud83d',
+      '\\ude00',
+      'é',
+      '中',
+      '😀',
+      ' ',
+    );
+    const content = fc
+      .tuple(
+        fc.array(fc.tuple(fc.nat(700), special), { maxLength: 6 }),
+        fc.nat(700),
+        fc.constantFrom('a', 'ab', 'é', '中', '😀'),
+      )
+      .map(
+        ([runs, tail, filler]) =>
+          runs.map(([length, piece]) => filler.repeat(length) + piece).join('') +
+          filler.repeat(tail),
+      );
+    fc.assert(
+      fc.property(fc.array(content, { minLength: 1, maxLength: 3 }), (contents) => {
+        const messages = contents.map((c) => `{"role":"user","content":"${c}"}`).join(',');
+        const body = bytes(`{"model":"m","messages":[${messages}]}`);
+        check(body);
+      }),
+      { numRuns: 1000 },
+    );
+  });
+});
