@@ -73,7 +73,7 @@ export class Engine {
   private readonly pending = new Map<Sequence, Pending>();
 
   constructor(readonly options: SimOptions) {
-    this.scheduler = new Scheduler(options);
+    this.scheduler = new Scheduler({ ...options, reserveFullIsl: !options.firstChunkAdmission });
     this.clock = createClock(options.timeScale);
     this.loop = new EngineLoop(this.scheduler, this.clock, options.timeScale);
   }

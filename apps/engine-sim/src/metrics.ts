@@ -59,7 +59,7 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         'vllm:num_requests_waiting',
         'Number of requests waiting to be processed.',
         labels,
-        scheduler.waiting.length,
+        scheduler.numWaiting,
       );
       w.gauge(kvName, kvHelp, labels, scheduler.kvUsage);
       w.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', [

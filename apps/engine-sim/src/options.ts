@@ -12,6 +12,10 @@ export interface SimOptions extends EngineProfile {
   legacyKvMetric: boolean;
   /** Wall-clock seconds during which /health answers 503 and requests are refused. */
   startupDelaySeconds: number;
+  /** vLLM `--long-prefill-token-threshold`: most prompt tokens of one request per step; 0 = off. */
+  longPrefillTokenThreshold: number;
+  /** Admit on the first chunk instead of the whole prompt (vLLM V1 before PR #37307). */
+  firstChunkAdmission: boolean;
 }
 
 export class SimConfigError extends Error {
@@ -154,6 +158,25 @@ const specs: OptionSpec[] = [
     min: 0,
     help: 'wall-clock seconds of /health 503 after start',
   },
+  {
+    // vLLM's own name (vllm/engine/arg_utils.py `long_prefill_token_threshold`), default 0.
+    // vllm/config/scheduler.py sets it by itself only when max_num_partial_prefills > 1
+    // ("if self.long_prefill_token_threshold == 0: self.long_prefill_token_threshold =
+    // int(max_model_len * 0.04)"), which V1 refuses at start-up, so 0 stays 0 here.
+    flag: 'long-prefill-token-threshold',
+    env: 'VLLM_LONG_PREFILL_TOKEN_THRESHOLD',
+    key: 'longPrefillTokenThreshold',
+    kind: 'int',
+    min: 0,
+    help: 'most prompt tokens one request prefills per step (0 = no cap)',
+  },
+  {
+    flag: 'first-chunk-admission',
+    env: 'SIM_FIRST_CHUNK_ADMISSION',
+    key: 'firstChunkAdmission',
+    kind: 'bool',
+    help: 'admit a request when its first chunk fits, as vLLM V1 did before scheduler_reserve_full_isl (PR #37307, 2026-03)',
+  },
 ];
 
 const serverDefaults = {
@@ -162,6 +185,8 @@ const serverDefaults = {
   timeScale: 1,
   legacyKvMetric: false,
   startupDelaySeconds: 0,
+  longPrefillTokenThreshold: 0,
+  firstChunkAdmission: false,
 };
 
 function convert(spec: OptionSpec, raw: string, source: string): unknown {

@@ -230,7 +230,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
     timeScale: options.timeScale,
     simSeconds: engine.clock.now(),
     running: engine.scheduler.running.length,
-    waiting: engine.scheduler.waiting.length,
+    waiting: engine.scheduler.numWaiting,
     usedBlocks: engine.scheduler.usedBlocks,
     totalBlocks: options.numGpuBlocks,
     kvUsage: engine.scheduler.kvUsage,
@@ -261,8 +261,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
   });
 
   app.post('/sim/peak/reset', async () => {
-    engine.scheduler.peakRequests =
-      engine.scheduler.running.length + engine.scheduler.waiting.length;
+    engine.scheduler.peakRequests = engine.scheduler.running.length + engine.scheduler.numWaiting;
     engine.scheduler.peakRunning = engine.scheduler.running.length;
     return { peakRequests: engine.scheduler.peakRequests };
   });
