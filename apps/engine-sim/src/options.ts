@@ -120,6 +120,14 @@ const specs: OptionSpec[] = [
     help: "uncached prefill rate ('inf' for free)",
   },
   {
+    flag: 'prefill-context-cost',
+    env: 'SIM_PREFILL_CONTEXT_COST',
+    key: 'prefillContextCost',
+    kind: 'number',
+    min: 0,
+    help: 'seconds added per prefill token per token of context before it (attention)',
+  },
+  {
     flag: 'decode-seconds-per-sequence',
     env: 'SIM_DECODE_SECONDS_PER_SEQUENCE',
     key: 'decodeSecondsPerSequence',
