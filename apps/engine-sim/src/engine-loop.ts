@@ -6,7 +6,7 @@
 // clock on average, and timings (TTFT, queue time) follow the cost model rather than the
 // 1 ms granularity of Node's timers. While idle, simulated time follows the wall clock.
 import { performance } from 'node:perf_hooks';
-import type { Scheduler, Step } from './scheduler.js';
+import type { Scheduler, Step, StepResult } from './scheduler.js';
 
 /** Steps applied in one macrotask before yielding to I/O (matters for the instant profile). */
 const STEPS_PER_TURN = 256;
@@ -38,6 +38,7 @@ export class EngineLoop {
     readonly scheduler: Scheduler,
     readonly clock: SimClock,
     private readonly timeScale: number,
+    private readonly onStep: (result: StepResult) => void = () => {},
   ) {}
 
   /**
@@ -90,6 +91,6 @@ export class EngineLoop {
 
   private apply(step: Step): void {
     this.cursor = step.start + step.duration;
-    this.scheduler.complete(step);
+    this.onStep(this.scheduler.complete(step));
   }
 }

@@ -3,11 +3,19 @@ import { createClock, EngineLoop, type SimClock } from './engine-loop.js';
 import { Histogram } from './exposition.js';
 import { Scheduler, Sequence, type FinishReason, type SequenceListener } from './scheduler.js';
 import type { SimOptions } from './options.js';
+import { promptBlockHashes } from './prefix-hash.js';
 
 // Bucket bounds as in vllm/v1/metrics/loggers.py.
 export const ttftBuckets = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
   40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+export const interTokenLatencyBuckets = [
+  0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+  40.0, 80.0,
+];
+export const iterationTokensBuckets = [
+  1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384,
 ];
 export const requestLatencyBuckets = [
   0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
@@ -21,6 +29,10 @@ export interface GenerationRequest {
   finishReason: FinishReason;
   onToken(index: number): void;
   onFinish(reason: FinishReason): void;
+  /** Prompt content for the prefix cache (see prefix-hash.ts); none: never a cache hit. */
+  promptText?: string;
+  /** vLLM `priority` (lower first under --scheduling-policy priority). */
+  priority?: number;
 }
 
 export interface GenerationHandle {
@@ -34,9 +46,54 @@ export class EngineStats {
   generationTokens = 0;
   readonly finished = { stop: 0, length: 0, abort: 0 };
   readonly ttft = new Histogram(ttftBuckets);
+  readonly interTokenLatency = new Histogram(interTokenLatencyBuckets);
+  readonly iterationTokens = new Histogram(iterationTokensBuckets);
   readonly queueTime = new Histogram(requestLatencyBuckets);
   readonly prefillTime = new Histogram(requestLatencyBuckets);
+  readonly decodeTime = new Histogram(requestLatencyBuckets);
+  readonly inferenceTime = new Histogram(requestLatencyBuckets);
   readonly e2eLatency = new Histogram(requestLatencyBuckets);
+
+  /**
+   * Per step, as vllm/v1/metrics/loggers.py `record` does per iteration:
+   * "self.histogram_iteration_tokens[engine_idx].observe(iteration_stats.num_prompt_tokens +
+   * iteration_stats.num_generation_tokens)", where a request's prompt tokens count in the
+   * iteration that produced its first token (stats.py `update_from_output`).
+   */
+  observeStep(promptTokens: number, generationTokens: number): void {
+    this.iterationTokens.observe(promptTokens + generationTokens);
+  }
+
+  /**
+   * One sampled token: TTFT for the first (stats.py "first_token_latency"), otherwise the
+   * inter-token latency since the previous token ("inter_token_latencies_iter").
+   */
+  observeToken(seq: Sequence, at: number): void {
+    this.generationTokens += 1;
+    if (seq.generated === 1) {
+      this.promptTokens += seq.promptTokens;
+      this.ttft.observe(at - seq.arrival);
+    } else if (seq.lastTokenAt !== undefined) {
+      this.interTokenLatency.observe(at - seq.lastTokenAt);
+    }
+  }
+
+  /**
+   * At finish, as loggers.py does "for finished_request in iteration_stats.finished_requests":
+   * stats.py `update_from_finished_request`: "queued_time = scheduled_ts - queued_ts",
+   * "prefill_time = first_token_ts - scheduled_ts", "decode_time = last_token_ts -
+   * first_token_ts", "inference_time = last_token_ts - scheduled_ts"; scheduled_ts is the
+   * first scheduling ("if req_stats.scheduled_ts == 0.0: # ignore preemptions").
+   */
+  observeFinish(seq: Sequence, at: number): void {
+    const scheduled = seq.scheduledAt!;
+    const first = seq.firstTokenAt!;
+    this.e2eLatency.observe(at - seq.arrival);
+    this.queueTime.observe(scheduled - seq.arrival);
+    this.prefillTime.observe(first - scheduled);
+    this.inferenceTime.observe(at - scheduled);
+    this.decodeTime.observe(at - first);
+  }
 }
 
 interface Pending {
@@ -52,20 +109,14 @@ export class Engine {
   private readonly listener: SequenceListener = {
     onToken: (seq, at) => {
       const pending = this.pending.get(seq)!;
-      this.stats.generationTokens += 1;
-      if (seq.generated === 1) {
-        this.stats.promptTokens += seq.promptTokens;
-        this.stats.ttft.observe(at - seq.arrival);
-        this.stats.queueTime.observe(seq.scheduledAt! - seq.arrival);
-        this.stats.prefillTime.observe(at - seq.scheduledAt!);
-      }
+      this.stats.observeToken(seq, at);
       pending.request.onToken(seq.generated - 1);
     },
     onFinish: (seq, at) => {
       const pending = this.pending.get(seq)!;
       this.pending.delete(seq);
       this.stats.finished[seq.finishReason] += 1;
-      this.stats.e2eLatency.observe(at - seq.arrival);
+      this.stats.observeFinish(seq, at);
       pending.request.onFinish(seq.finishReason);
     },
   };
@@ -73,9 +124,15 @@ export class Engine {
   private readonly pending = new Map<Sequence, Pending>();
 
   constructor(readonly options: SimOptions) {
-    this.scheduler = new Scheduler({ ...options, reserveFullIsl: !options.firstChunkAdmission });
+    this.scheduler = new Scheduler({
+      ...options,
+      reserveFullIsl: !options.firstChunkAdmission,
+      policy: options.schedulingPolicy,
+    });
     this.clock = createClock(options.timeScale);
-    this.loop = new EngineLoop(this.scheduler, this.clock, options.timeScale);
+    this.loop = new EngineLoop(this.scheduler, this.clock, options.timeScale, (result) =>
+      this.stats.observeStep(result.promptTokens, result.generationTokens),
+    );
   }
 
   submit(request: GenerationRequest): GenerationHandle {
@@ -86,6 +143,13 @@ export class Engine {
       request.finishReason,
       this.loop.arrivalTime(),
       this.listener,
+      {
+        priority: request.priority ?? 0,
+        blockHashes:
+          this.options.enablePrefixCaching && request.promptText !== undefined
+            ? promptBlockHashes(request.promptText, request.promptTokens, this.options.blockSize)
+            : [],
+      },
     );
     this.pending.set(seq, { request });
     this.scheduler.add(seq);

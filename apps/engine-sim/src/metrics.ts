@@ -22,7 +22,7 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
     ['is_attention_free', 'False'],
     ['num_gpu_blocks_override', 'None'],
     ['sliding_window', 'None'],
-    ['enable_prefix_caching', 'False'],
+    ['enable_prefix_caching', options.enablePrefixCaching ? 'True' : 'False'],
     ['cpu_offload_gb', '0'],
     ['calculate_kv_scales', 'False'],
     ['num_gpu_blocks', String(options.numGpuBlocks)],
@@ -62,6 +62,18 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         scheduler.numWaiting,
       );
       w.gauge(kvName, kvHelp, labels, scheduler.kvUsage);
+      // loggers.py: "vllm:prefix_cache_queries" ("Prefix cache queries, in terms of number of
+      // queried tokens.") and "vllm:prefix_cache_hits", counters.
+      w.counter(
+        'vllm:prefix_cache_queries',
+        'Prefix cache queries, in terms of number of queried tokens.',
+        [[labels, scheduler.prefixCacheQueries]],
+      );
+      w.counter(
+        'vllm:prefix_cache_hits',
+        'Prefix cache hits, in terms of number of cached tokens.',
+        [[labels, scheduler.prefixCacheHits]],
+      );
       w.counter('vllm:num_preemptions', 'Cumulative number of preemption from the engine.', [
         [labels, scheduler.preemptions],
       ]);
@@ -77,10 +89,22 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         [finishedLabels.abort, stats.finished.abort],
       ]);
       w.histogram(
+        'vllm:iteration_tokens_total',
+        'Histogram of number of tokens per engine_step.',
+        labels,
+        stats.iterationTokens,
+      );
+      w.histogram(
         'vllm:time_to_first_token_seconds',
         'Histogram of time to first token in seconds.',
         labels,
         stats.ttft,
+      );
+      w.histogram(
+        'vllm:inter_token_latency_seconds',
+        'Histogram of inter-token latency in seconds.',
+        labels,
+        stats.interTokenLatency,
       );
       w.histogram(
         'vllm:e2e_request_latency_seconds',
@@ -95,10 +119,22 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         stats.queueTime,
       );
       w.histogram(
+        'vllm:request_inference_time_seconds',
+        'Histogram of time spent in RUNNING phase for request.',
+        labels,
+        stats.inferenceTime,
+      );
+      w.histogram(
         'vllm:request_prefill_time_seconds',
         'Histogram of time spent in PREFILL phase for request.',
         labels,
         stats.prefillTime,
+      );
+      w.histogram(
+        'vllm:request_decode_time_seconds',
+        'Histogram of time spent in DECODE phase for request.',
+        labels,
+        stats.decodeTime,
       );
       w.gauge('vllm:cache_config_info', 'Information of the LLMEngine CacheConfig', cacheConfig, 1);
       // Not a vLLM series: the simulator's own record, so tests can prove a cap held.

@@ -15,6 +15,10 @@ export interface SimRequest {
   ignoreEos: boolean;
   /** Seed of the output words: prompt, model and `seed`, never the stream flags. */
   seed: number;
+  /** The prompt as text (messages as JSON), the content the prefix cache hashes. */
+  promptText: string;
+  /** vLLM's `priority` request field (default 0; lower is served first under `priority`). */
+  priority: number;
 }
 
 export class SimRequestError extends Error {
@@ -116,6 +120,7 @@ export function parseSimRequest(
   body: unknown,
   servedModel: string,
   maxModelLen: number,
+  policy: 'fcfs' | 'priority' = 'fcfs',
 ): SimRequest {
   if (!isObject(body)) throw new SimRequestError(400, 'request body must be a JSON object');
   const model = body['model'];
@@ -156,6 +161,19 @@ export function parseSimRequest(
       400,
       `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${requested} tokens (${promptTokens} in the messages, ${maxTokens ?? 0} in the completion). Please reduce the length of the messages or completion.`,
     );
+  const priorityValue = body['priority'] ?? 0;
+  if (!Number.isInteger(priorityValue))
+    throw new SimRequestError(400, 'priority must be an integer', 'priority');
+  const priority = priorityValue as number;
+  // vllm/v1/engine/processor.py: "if priority != 0 and not self.scheduler_config.policy ==
+  // 'priority': raise ValueError(f'Got priority {priority} but Priority scheduling is not
+  // enabled.')", answered 400.
+  if (priority !== 0 && policy !== 'priority')
+    throw new SimRequestError(
+      400,
+      `Got priority ${priority} but Priority scheduling is not enabled.`,
+      'priority',
+    );
   const seedValue = body['seed'];
   if (seedValue !== undefined && seedValue !== null && !Number.isInteger(seedValue))
     throw new SimRequestError(400, 'seed must be an integer', 'seed');
@@ -169,5 +187,7 @@ export function parseSimRequest(
     maxTokens,
     ignoreEos: optionalBoolean(body, 'ignore_eos'),
     seed: hash32(`${model}\u0000${prompt.key}\u0000${String(seedValue ?? '')}`),
+    promptText: prompt.key,
+    priority,
   };
 }

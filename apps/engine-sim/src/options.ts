@@ -16,13 +16,17 @@ export interface SimOptions extends EngineProfile {
   longPrefillTokenThreshold: number;
   /** Admit on the first chunk instead of the whole prompt (vLLM V1 before PR #37307). */
   firstChunkAdmission: boolean;
+  /** vLLM `--enable-prefix-caching` / `--no-enable-prefix-caching` (V1 default on). */
+  enablePrefixCaching: boolean;
+  /** vLLM `--scheduling-policy`. */
+  schedulingPolicy: 'fcfs' | 'priority';
 }
 
 export class SimConfigError extends Error {
   readonly code = 'ERR_SIM_CONFIG';
 }
 
-type Kind = 'int' | 'number' | 'bool' | 'string' | 'profile';
+type Kind = 'int' | 'number' | 'bool' | 'negbool' | 'string' | 'profile' | 'policy';
 
 interface OptionSpec {
   flag: string;
@@ -185,6 +189,27 @@ const specs: OptionSpec[] = [
     kind: 'bool',
     help: 'admit a request when its first chunk fits, as vLLM V1 did before scheduler_reserve_full_isl (PR #37307, 2026-03)',
   },
+  {
+    flag: 'enable-prefix-caching',
+    env: 'SIM_ENABLE_PREFIX_CACHING',
+    key: 'enablePrefixCaching',
+    kind: 'bool',
+    help: 'prefix caching (vLLM V1 default on)',
+  },
+  {
+    flag: 'no-enable-prefix-caching',
+    env: 'SIM_NO_ENABLE_PREFIX_CACHING',
+    key: 'enablePrefixCaching',
+    kind: 'negbool',
+    help: 'turn prefix caching off',
+  },
+  {
+    flag: 'scheduling-policy',
+    env: 'SIM_SCHEDULING_POLICY',
+    key: 'schedulingPolicy',
+    kind: 'policy',
+    help: 'fcfs or priority (request field `priority`, lower first)',
+  },
 ];
 
 const serverDefaults = {
@@ -195,6 +220,8 @@ const serverDefaults = {
   startupDelaySeconds: 0,
   longPrefillTokenThreshold: 0,
   firstChunkAdmission: false,
+  enablePrefixCaching: true,
+  schedulingPolicy: 'fcfs' as 'fcfs' | 'priority',
 };
 
 function convert(spec: OptionSpec, raw: string, source: string): unknown {
@@ -207,6 +234,11 @@ function convert(spec: OptionSpec, raw: string, source: string): unknown {
     case 'profile':
       if (!(profileNames as string[]).includes(raw)) throw bad(`one of ${profileNames.join(', ')}`);
       return raw;
+    case 'policy':
+      if (raw !== 'fcfs' && raw !== 'priority') throw bad('fcfs or priority');
+      return raw;
+    case 'negbool':
+      return !(convert({ ...spec, kind: 'bool' }, raw, source) as boolean);
     case 'bool':
       if (['1', 'true', 'yes', 'on', ''].includes(raw)) return true;
       if (['0', 'false', 'no', 'off'].includes(raw)) return false;
@@ -238,7 +270,10 @@ function readFlags(argv: readonly string[]): Map<string, string> {
     const spec = specs.find((s) => s.flag === name);
     if (!spec) throw new SimConfigError(`unknown flag --${name} (see --help)`);
     if (eq !== -1) flags.set(name, arg.slice(eq + 1));
-    else if (spec.kind === 'bool' && (argv[i + 1] === undefined || argv[i + 1]!.startsWith('--')))
+    else if (
+      (spec.kind === 'bool' || spec.kind === 'negbool') &&
+      (argv[i + 1] === undefined || argv[i + 1]!.startsWith('--'))
+    )
       flags.set(name, 'true');
     else {
       const value = argv[i + 1];
@@ -287,7 +322,8 @@ export function simHelp(): string {
   const base = profiles.homelab as EngineProfile;
   const defaults: Record<string, unknown> = { ...base, ...serverDefaults, profile: 'homelab' };
   const lines = specs.map((s) => {
-    const left = `  --${s.flag}${s.kind === 'bool' ? '' : ' <value>'}`;
+    const bare = s.kind === 'bool' || s.kind === 'negbool';
+    const left = `  --${s.flag}${bare ? '' : ' <value>'}`;
     return `${left.padEnd(40)} ${s.help} [${s.env}; default ${String(defaults[s.key])}]`;
   });
   return [

@@ -119,7 +119,13 @@ export function createEngineSim(options: SimOptions): EngineSim {
           .code(503)
           .type('application/json')
           .send(errorBody(503, 'ServiceUnavailableError', 'engine is starting'));
-      const req = parseSimRequest(endpoint, request.body, options.model, options.maxModelLen);
+      const req = parseSimRequest(
+        endpoint,
+        request.body,
+        options.model,
+        options.maxModelLen,
+        options.schedulingPolicy,
+      );
       if (errorShare.take(faults.errorRate))
         return reply
           .code(500)
@@ -144,6 +150,8 @@ export function createEngineSim(options: SimOptions): EngineSim {
         handle = engine.submit({
           id: writer.id,
           promptTokens: req.promptTokens,
+          promptText: req.promptText,
+          priority: req.priority,
           outputTokens: plan.outputTokens,
           finishReason: plan.finishReason,
           onToken: () => {
@@ -171,6 +179,8 @@ export function createEngineSim(options: SimOptions): EngineSim {
       handle = engine.submit({
         id: writer.id,
         promptTokens: req.promptTokens,
+        promptText: req.promptText,
+        priority: req.priority,
         outputTokens: plan.outputTokens,
         finishReason: plan.finishReason,
         onToken: (index) => {
