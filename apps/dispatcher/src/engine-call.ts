@@ -39,12 +39,16 @@ export class EngineClient {
     return this.config.name;
   }
 
-  /** Sends `body` to the engine and relays the answer; never throws. */
+  /**
+   * Sends `body` to the engine and relays the answer; never throws. `onFirstByte` runs once,
+   * at the first chunk of the response body (for a stream: the first token).
+   */
   async call(
     path: CompletionPath,
     body: string | Buffer,
     relay: ReplyRelay,
     signal: AbortSignal,
+    onFirstByte?: () => void,
   ): Promise<CallOutcome> {
     let headSent = false;
     try {
@@ -55,7 +59,14 @@ export class EngineClient {
       const contentType = String(response.headers['content-type'] ?? 'application/json');
       relay.head({ status: response.statusCode, contentType });
       headSent = true;
-      for await (const chunk of response.body) relay.data(chunk as Buffer);
+      let first = onFirstByte;
+      for await (const chunk of response.body) {
+        if (first) {
+          first();
+          first = undefined;
+        }
+        relay.data(chunk as Buffer);
+      }
       markStage('dispatcher.engine-end');
       relay.end();
       return response.statusCode < 500 ? 'ok' : 'engine_error';

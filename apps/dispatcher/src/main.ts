@@ -96,6 +96,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
         replicas,
         metrics,
         leaseTtlMs: config.lease.ttlMs,
+        maxPriority: config.limits.maxPriority,
         timeouts: {
           headersTimeoutMs: config.engine.headersTimeoutMs,
           bodyTimeoutMs: config.engine.bodyTimeoutMs,

@@ -1,7 +1,8 @@
 // One pool: the lease, the release loop, exact in-flight accounting per engine.
 //
 // Only the lease holder takes jobs (BullMQ worker without a processor: getNextJob only
-// while the gate admits). In-flight is counted here, synchronously, before any await, so
+// while the gate admits). A job the prefill rules may not release yet is held back
+// (held-jobs.ts) so that the jobs behind it can pass. In-flight is counted here, synchronously, before any await, so
 // the cap is exact; the queue's BullMQ global concurrency is set to the pool's total cap
 // as a Redis-enforced backstop against two processes that both believe they lead.
 import {
@@ -9,8 +10,8 @@ import {
   gateDecision,
   pickEngine,
   smoothRate,
-  type EngineView,
   type GatePolicy,
+  type PrefillView,
 } from '@sluice/admission';
 import type { MaxInflightSource, PoolConfig } from '@sluice/config';
 import {
@@ -20,17 +21,29 @@ import {
 } from '@sluice/engine-metrics';
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import {
+  bullPriority,
   encodePoolStats,
   ProtocolError,
   validateJobPayload,
   type JobPayload,
   type KeySpace,
+  type LongPromptStats,
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
+import { HeldJobs, type HeldJob } from './held-jobs.js';
+import { ReleaseOrder, type WaitReason } from './release-order.js';
+import {
+  emptyCounters,
+  PrefillRate,
+  scraped,
+  trackRelease,
+  type PrefillCounters,
+  type ReleasedWork,
+} from './prefill-tracker.js';
 import { Lease } from './lease.js';
 import type { RelayHub } from './relay.js';
 import type { ReplicaLiveness } from './replicas.js';
@@ -52,6 +65,8 @@ export interface PoolDispatcherDeps {
   policy: GatePolicy;
   scrape: { intervalMs: number; staleAfterFailures: number };
   maxInflightSource: MaxInflightSource;
+  /** SLUICE_MAX_PRIORITY, to compute a held job's BullMQ priority when it is promoted. */
+  maxPriority: number;
   /** Highest GPU utilization of the latest fresh reading, if a GPU source runs. */
   gpuUtilization: () => number | undefined;
   log: {
@@ -62,7 +77,7 @@ export interface PoolDispatcherDeps {
   now: () => number;
 }
 
-interface EngineSlot extends EngineView {
+interface EngineSlot extends PrefillView, PrefillCounters {
   client: EngineClient;
   observer: EngineObserver;
   /** The observed state behind `gauges` and `health`. */
@@ -82,7 +97,14 @@ export class PoolDispatcher {
   readonly worker: Worker;
   readonly lease: Lease;
   private readonly engines: EngineSlot[];
-  private readonly inflightJobs = new Map<string, { job: Job; token: string }>();
+  private readonly inflightJobs = new Map<
+    string,
+    { job: Job; token: string; work?: ReleasedWork }
+  >();
+  private readonly held = new HeldJobs();
+  private readonly order: ReleaseOrder;
+  private readonly prefillRate = new PrefillRate();
+  private unparking = false;
   private wake: (() => void) | undefined;
   private loopRunning: Promise<void> | undefined;
   private closing = false;
@@ -116,7 +138,9 @@ export class PoolDispatcher {
       deps.log.error({ err, pool: pool.name }, 'bullmq worker error'),
     );
     this.engines = pool.engines.map((config) => ({
+      ...emptyCounters(),
       name: config.name,
+      lane: config.lane,
       inflight: 0,
       cap: config.maxInflight,
       health: 'unknown' as const,
@@ -132,6 +156,7 @@ export class PoolDispatcher {
         now: deps.now,
       }),
     }));
+    this.order = new ReleaseOrder(this.engines, this.held, pool.longPrompts, deps.policy);
     for (const engine of this.engines)
       engine.observer.on('change', (state) => this.observed(engine, state));
     for (const e of this.engines)
@@ -191,6 +216,7 @@ export class PoolDispatcher {
     void this.queue
       .setGlobalConcurrency(this.totalCap)
       .catch((err: unknown) => log.error({ err }, 'setGlobalConcurrency failed'));
+    void this.adoptHeld();
     this.loopRunning ??= this.releaseLoop().finally(() => {
       this.loopRunning = undefined;
     });
@@ -199,7 +225,16 @@ export class PoolDispatcher {
   private onLost(): void {
     this.deps.log.warn({ pool: this.pool.name }, 'lease lost: stopped releasing');
     this.deps.metrics.leader.set({ pool: this.pool.name }, 0);
+    // Held jobs stay in the delayed set: the next leader adopts them.
+    this.held.clear();
+    this.setHeldMetrics();
     this.wake?.();
+  }
+
+  /** Something the gate or the prefill rules read changed: look again. */
+  private changed(): void {
+    this.wake?.();
+    this.maybeUnpark();
   }
 
   /** Resolves when a slot frees or the lease changes. */
@@ -224,7 +259,9 @@ export class PoolDispatcher {
         if (!open) metrics.gateClosed.inc({ ...poolLabel, reason: this.closedReason() });
         gateWasOpen = open;
       }
-      if (!open) {
+      // A promoted held job is taken even with the gate closed: it is held again at once if
+      // it may not go, instead of sitting in the queue ahead of what may.
+      if (!open && this.held.promoted === undefined) {
         await this.waitForWake();
         continue;
       }
@@ -245,55 +282,210 @@ export class PoolDispatcher {
         await job.moveToWait(token).catch(() => {});
         break;
       }
-      const chosen = pickEngine(this.engines, this.deps.policy, this.deps.now());
-      if (chosen === -1) {
-        await job.moveToWait(token).catch(() => {});
-        continue;
-      }
-      this.release(job, token, this.engines[chosen]!);
+      this.place(job, token);
     }
     metrics.gateOpen.set(poolLabel, 0);
   }
 
-  /** Counts the job in flight at once, then checks and runs it without blocking the loop. */
-  private release(job: Job, token: string, engine: EngineSlot): void {
-    engine.inflight += 1;
-    this.inflightJobs.set(job.id!, { job, token });
-    this.deps.metrics.inflight.set({ pool: this.pool.name, engine: engine.name }, engine.inflight);
-    void this.run(job, token, engine).finally(() => {
-      engine.inflight -= 1;
-      engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
-      this.inflightJobs.delete(job.id!);
-      this.deps.metrics.inflight.set(
-        { pool: this.pool.name, engine: engine.name },
-        engine.inflight,
-      );
-      this.wake?.();
-    });
+  private discard(job: Job, token: string, reason: string): Promise<void> {
+    this.deps.metrics.skipped.inc({ pool: this.pool.name, reason });
+    return job.moveToFailed(new Error(reason), token, false).then(
+      () => {},
+      () => {},
+    );
   }
 
-  private async run(job: Job, token: string, engine: EngineSlot): Promise<void> {
-    const { metrics, hub, cancels, keys, now, log } = this.deps;
-    const pool = this.pool.name;
+  /** Releases a job just taken, or holds it back when the release order says it must wait. */
+  private place(job: Job, token: string): void {
+    const { log, now } = this.deps;
     const jobId = job.id!;
+    if (this.held.remove(jobId)) this.setHeldMetrics();
     let payload: JobPayload;
     try {
       payload = validateJobPayload(job.data);
     } catch (err) {
-      metrics.skipped.inc({ pool, reason: 'invalid_payload' });
       log.error({ jobId, err: (err as ProtocolError).message }, 'invalid job payload');
-      await job.moveToFailed(new Error('invalid payload'), token, false).catch(() => {});
+      void this.discard(job, token, 'invalid_payload');
       return;
     }
-    const skip = async (reason: string) => {
-      metrics.skipped.inc({ pool, reason });
-      await job.moveToFailed(new Error(reason), token, false).catch(() => {});
-    };
     // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
     // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
     // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
-    if (job.deferredFailure) return skip('stalled');
-    if (payload.deadline < now()) return skip('past_deadline');
+    if (job.deferredFailure) return void this.discard(job, token, 'stalled');
+    const at = now();
+    if (payload.deadline < at) return void this.discard(job, token, 'past_deadline');
+    const promptTokens = payload.promptTokens ?? 0;
+    const candidate = {
+      id: jobId,
+      promptTokens,
+      long: this.order.isLong(promptTokens),
+      priority: payload.priority,
+      enqueuedAt: payload.enqueuedAt,
+    };
+    const verdict = this.order.decide(candidate, at);
+    if (verdict.go)
+      this.release(job, token, this.engines[verdict.engine]!, payload, candidate.long);
+    else void this.park(job, token, payload, { ...candidate, job }, verdict.reason);
+  }
+
+  /** Moves a taken job to the delayed set until it may go (see held-jobs.ts). */
+  private async park(
+    job: Job,
+    token: string,
+    payload: JobPayload,
+    held: HeldJob,
+    reason: WaitReason,
+  ): Promise<void> {
+    const pool = this.pool.name;
+    this.deps.metrics.heldReleases.inc({ pool, reason });
+    try {
+      await job.moveToDelayed(payload.deadline, token);
+    } catch (err) {
+      // Removed by its gateway meanwhile, or the lock was lost: nothing to hold.
+      this.deps.log.warn({ err, pool, jobId: job.id }, 'holding a job back failed');
+      return;
+    }
+    this.held.add(held);
+    this.setHeldMetrics();
+    this.maybeUnpark();
+  }
+
+  /**
+   * Promotes the first held job that may go now back into the queue, one at a time; the
+   * promotion wakes the release loop's blocking take. An aged long prompt goes back ahead of
+   * the short prompts of its class.
+   */
+  private maybeUnpark(): void {
+    if (this.unparking || this.held.promoted !== undefined || !this.lease.isLeader) return;
+    const now = this.deps.now();
+    const next = this.order.nextToPromote(now);
+    if (next) void this.unpark(next, this.order.isAged(next, now));
+  }
+
+  private async unpark(h: HeldJob, aged: boolean): Promise<void> {
+    this.unparking = true;
+    this.held.promoted = h.id;
+    try {
+      if (aged)
+        await h.job.changePriority({
+          priority: bullPriority(h.priority, this.deps.maxPriority, 'aged'),
+        });
+      await h.job.promote();
+    } catch {
+      // No longer delayed: its client went and the gateway removed it, or BullMQ moved it
+      // back at its deadline (the loop then takes and skips it).
+      this.held.remove(h.id);
+      this.setHeldMetrics();
+    } finally {
+      this.unparking = false;
+    }
+    this.changed();
+  }
+
+  /** A new leader takes over the jobs its predecessor held back. */
+  private async adoptHeld(): Promise<void> {
+    let jobs: Job[];
+    try {
+      jobs = await this.queue.getDelayed();
+    } catch (err) {
+      this.deps.log.warn({ err, pool: this.pool.name }, 'reading held jobs failed');
+      return;
+    }
+    for (const job of jobs) {
+      if (!job?.id) continue;
+      let payload: JobPayload;
+      try {
+        payload = validateJobPayload(job.data);
+      } catch {
+        continue; // taken, checked and failed when BullMQ moves it back at its deadline
+      }
+      const tokens = payload.promptTokens ?? 0;
+      this.held.add({
+        id: job.id,
+        job,
+        promptTokens: tokens,
+        long: this.order.isLong(tokens),
+        priority: payload.priority,
+        enqueuedAt: payload.enqueuedAt,
+      });
+    }
+    if (jobs.length > 0)
+      this.deps.log.info({ pool: this.pool.name, held: this.held.size }, 'adopted held jobs');
+    this.setHeldMetrics();
+    this.changed();
+  }
+
+  /** Drops held jobs that no longer exist (removed by their gateway when the client went). */
+  private async pruneHeld(): Promise<void> {
+    const held = this.held.ordered().slice();
+    if (held.length === 0) return;
+    const pipeline = this.deps.redis.pipeline();
+    for (const h of held) pipeline.exists(this.queue.toKey(h.id));
+    const results = (await pipeline.exec()) ?? [];
+    let pruned = false;
+    held.forEach((h, i) => {
+      const [err, exists] = results[i] ?? [];
+      if (!err && exists === 0) pruned = this.held.remove(h.id) !== undefined || pruned;
+    });
+    if (pruned) {
+      this.setHeldMetrics();
+      this.changed();
+    }
+  }
+
+  private setHeldMetrics(): void {
+    this.deps.metrics.longHeld.set({ pool: this.pool.name }, this.held.longTokens().count);
+  }
+
+  /** Counts the job in flight at once, then checks and runs it without blocking the loop. */
+  private release(
+    job: Job,
+    token: string,
+    engine: EngineSlot,
+    payload: JobPayload,
+    long: boolean,
+  ): void {
+    const { metrics, now } = this.deps;
+    const labels = { pool: this.pool.name, engine: engine.name };
+    engine.inflight += 1;
+    const work = trackRelease(engine, {
+      long,
+      promptTokens: payload.promptTokens ?? 0,
+      stream: payload.stream,
+      releasedAt: now(),
+      rate: this.prefillRate,
+      changed: () => {
+        metrics.longInflight.set(labels, engine.longInflight);
+        metrics.longInPrefill.set(labels, engine.longInPrefill);
+        if (this.prefillRate.value !== undefined)
+          metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.value);
+        this.changed();
+      },
+    });
+    metrics.longInflight.set(labels, engine.longInflight);
+    metrics.longInPrefill.set(labels, engine.longInPrefill);
+    this.inflightJobs.set(job.id!, { job, token, work });
+    metrics.inflight.set(labels, engine.inflight);
+    void this.run(job, token, engine, payload, work).finally(() => {
+      engine.inflight -= 1;
+      engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
+      this.inflightJobs.delete(job.id!);
+      metrics.inflight.set(labels, engine.inflight);
+      work.finished();
+    });
+  }
+
+  private async run(
+    job: Job,
+    token: string,
+    engine: EngineSlot,
+    payload: JobPayload,
+    work: ReleasedWork,
+  ): Promise<void> {
+    const { metrics, hub, cancels, keys, now, log } = this.deps;
+    const pool = this.pool.name;
+    const jobId = job.id!;
+    const skip = (reason: string) => this.discard(job, token, reason);
     if (!(await this.deps.replicas.isAlive(payload.replica))) return skip('client_gone');
     const controller = cancels.register(jobId);
     if (!controller) return skip('cancelled');
@@ -317,7 +509,13 @@ export class PoolDispatcher {
     let outcome;
     markStage('dispatcher.engine-call');
     try {
-      outcome = await engine.client.call(payload.path, degraded.body, relay, controller.signal);
+      outcome = await engine.client.call(
+        payload.path,
+        degraded.body,
+        relay,
+        controller.signal,
+        () => work.firstByte(now()),
+      );
     } finally {
       cancels.unregister(jobId);
       hub.close(relay);
@@ -360,7 +558,7 @@ export class PoolDispatcher {
 
   /** Wakes the release loop: a scrape, a GPU reading or a completion changed the picture. */
   poke(): void {
-    this.wake?.();
+    this.changed();
   }
 
   /** Why the gate is closed, as the first engine's decision says. */
@@ -386,6 +584,7 @@ export class PoolDispatcher {
         inflightAtScrape: engine.inflightFloor,
       };
       engine.inflightFloor = engine.inflight;
+      scraped(engine, state.vllm.kvCapacityTokens);
       metrics.engineRunning.set(labels, state.vllm.running);
       metrics.engineWaiting.set(labels, state.vllm.waiting);
       metrics.engineKvUsage.set(labels, state.vllm.kvUsage);
@@ -410,7 +609,7 @@ export class PoolDispatcher {
           'engine /metrics answers but does not look like vLLM: gating on the in-flight cap only',
         );
     }
-    this.wake?.();
+    this.changed();
   }
 
   /** The cap follows the engine's own --max-num-seqs where the engine exports it. */
@@ -446,20 +645,46 @@ export class PoolDispatcher {
     });
   }
 
+  /** What the gateways need to estimate a new long prompt's wait (honest waiting). */
+  private longStats(now: number): LongPromptStats {
+    const held = this.held.longTokens();
+    let inPrefill = 0;
+    let prefillRemainingTokens = 0;
+    for (const { work } of this.inflightJobs.values())
+      if (work?.inPrefill) {
+        inPrefill += 1;
+        prefillRemainingTokens += work.remainingTokens(now);
+      }
+    const longEngines = this.engines.filter((e) => e.lane !== 'short').length;
+    return {
+      held: held.count,
+      heldTokens: held.tokens,
+      inPrefill,
+      prefillRemainingTokens: Math.round(prefillRemainingTokens),
+      ...(this.prefillRate.value === undefined
+        ? {}
+        : { prefillTokensPerSecond: this.prefillRate.value }),
+      parallelPrefills: longEngines * this.pool.longPrompts.maxInPrefill,
+    };
+  }
+
   private async publishStats(): Promise<void> {
     const { redis, keys, now, metrics } = this.deps;
     const at = now();
     const pool = this.pool.name;
     try {
-      const counts = await this.queue.getJobCounts('wait', 'prioritized', 'active');
-      this.queuedNow = (counts['wait'] ?? 0) + (counts['prioritized'] ?? 0);
+      const counts = await this.queue.getJobCounts('wait', 'prioritized', 'active', 'delayed');
+      this.queuedNow =
+        (counts['wait'] ?? 0) + (counts['prioritized'] ?? 0) + (counts['delayed'] ?? 0);
       const queue = {
         wait: counts['wait'] ?? 0,
         prioritized: counts['prioritized'] ?? 0,
         active: counts['active'] ?? 0,
+        delayed: counts['delayed'] ?? 0,
       };
       for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
       if (!this.lease.isLeader) return;
+      await this.pruneHeld();
       this.drainPerSecond = smoothRate(
         this.drainPerSecond,
         this.releasedSinceStats,
@@ -473,6 +698,7 @@ export class PoolDispatcher {
         drainPerSecond: this.drainPerSecond,
         queue,
         loadState: this.load.profile,
+        longs: this.longStats(at),
         engines: this.engines.map((e) => {
           const decision = gateDecision(e, this.deps.policy, at);
           return {

@@ -8,7 +8,8 @@ import {
   markStage,
   Registry,
 } from '@sluice/observability';
-import { peekRequest, RequestPeekError } from '@sluice/openai';
+import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
+import { classify, isAged } from '@sluice/admission';
 import {
   encodeCancel,
   keySpace,
@@ -224,6 +225,26 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       };
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
+      const promptTokens = estimatePromptTokens(body, peeked);
+      payload.promptTokens = promptTokens;
+      const longPrompts = route.pool.longPrompts;
+      const promptClass = classify(promptTokens, longPrompts);
+      metrics.promptTokens.observe({ model, class: promptClass }, promptTokens);
+      if (promptClass === 'long') {
+        // Honest waiting: when the long prompts ahead would keep this one past its park limit,
+        // say so now instead of holding the client for the whole limit first.
+        const wait = await pool.longWait().catch(() => undefined);
+        if (wait !== undefined && wait > route.pool.maxParkSeconds)
+          return refuse(
+            reply,
+            model,
+            refusal(
+              'long_backlog',
+              `pool ${route.pool.name}: the long prompts ahead need about ${Math.ceil(wait)} s of prefill, more than the ${route.pool.maxParkSeconds} s park limit`,
+              Math.max(1, Math.min(60, Math.ceil(wait - route.pool.maxParkSeconds))),
+            ),
+          );
+      }
       if (route.pool.degradation.allowOptOut && request.headers[sluiceHeaders.degrade] === 'off')
         payload.optOut = true;
 
@@ -244,7 +265,14 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       held.hold();
       try {
         markStage('gateway.enqueue');
-        const admitted = await pool.add(jobId, payload);
+        // A long prompt is queued at the aged level at once when its aging limit is zero.
+        const level =
+          promptClass === 'short'
+            ? 'short'
+            : isAged(payload.enqueuedAt, longPrompts, payload.enqueuedAt)
+              ? 'aged'
+              : 'long';
+        const admitted = await pool.add(jobId, payload, level);
         markStage('gateway.enqueued');
         if (!admitted)
           held.fail(

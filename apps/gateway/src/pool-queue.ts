@@ -1,15 +1,22 @@
 // The gateway's side of one pool: adding jobs, the depth bound, leader presence and the
 // Retry-After estimate. Leader presence and pool stats are read at most once a second per
 // pool, not per request.
-import { retryAfterSeconds } from '@sluice/admission';
+import { longWaitSeconds, retryAfterSeconds } from '@sluice/admission';
 import type { PoolConfig } from '@sluice/config';
-import { bullPriority, decodePoolStats, type JobPayload, type KeySpace } from '@sluice/protocol';
+import {
+  bullPriority,
+  decodePoolStats,
+  type JobPayload,
+  type KeySpace,
+  type LongPromptStats,
+  type QueueLevel,
+} from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue } from 'bullmq';
 
 // Admission to the queue, exact across replicas and concurrent requests: counts the pool's
-// queued jobs (plain wait list + prioritised set) plus the places reserved by adds still in
-// progress, and reserves a place when under the bound. A reservation whose job already
+// queued jobs (plain wait list + prioritised set + long prompts the dispatcher holds back in
+// the delayed set) plus the places reserved by adds still in progress, and reserves a place when under the bound. A reservation whose job already
 // exists is dropped on the spot (the job is counted in the queue, or has left it), so a
 // place is never counted twice; one whose gateway died mid-add expires on its own.
 //
@@ -22,6 +29,7 @@ for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
   if redis.call('exists', ARGV[5] .. id) == 1 then redis.call('zrem', KEYS[3], id) end
 end
 local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
+  + redis.call('zcard', KEYS[4])
 if n >= tonumber(ARGV[1]) then
   redis.call('hset', ARGV[5] .. ARGV[4], 'sluiceRefused', '1')
   redis.call('pexpire', ARGV[5] .. ARGV[4], ARGV[3])
@@ -39,9 +47,14 @@ export class PoolQueue {
   private readonly waitKey: string;
   private readonly prioritizedKey: string;
   private readonly reservedKey: string;
+  private readonly delayedKey: string;
   private readonly jobKeyPrefix: string;
   private leaderSeen = { value: false, until: 0 };
-  private stats = { drainPerSecond: undefined as number | undefined, until: 0 };
+  private stats: {
+    drainPerSecond: number | undefined;
+    longs: LongPromptStats | undefined;
+    until: number;
+  } = { drainPerSecond: undefined, longs: undefined, until: 0 };
   private lastQueued = 0;
 
   constructor(
@@ -57,6 +70,7 @@ export class PoolQueue {
     this.waitKey = `${keys.prefix}:${name}:wait`;
     this.prioritizedKey = `${keys.prefix}:${name}:prioritized`;
     this.reservedKey = keys.admissions(pool.name);
+    this.delayedKey = `${keys.prefix}:${name}:delayed`;
     this.jobKeyPrefix = `${keys.prefix}:${name}:`;
   }
 
@@ -70,15 +84,16 @@ export class PoolQueue {
   }
 
   /** Adds the job unless the queue is at its depth bound; false when refused. */
-  async add(jobId: string, payload: JobPayload): Promise<boolean> {
+  async add(jobId: string, payload: JobPayload, level: QueueLevel): Promise<boolean> {
     // Sent as EVAL, not EVALSHA: ioredis resends a script Redis does not know yet with EVAL
     // after the failed EVALSHA, which would put the reservation behind the add.
     const reserved = this.bullConnection.eval(
       reserveScript,
-      3,
+      4,
       this.waitKey,
       this.prioritizedKey,
       this.reservedKey,
+      this.delayedKey,
       this.pool.queueDepth,
       this.now(),
       RESERVATION_MS,
@@ -87,7 +102,7 @@ export class PoolQueue {
     ) as Promise<number>;
     const added = this.queue.add('completion', payload, {
       jobId,
-      priority: bullPriority(payload.priority, this.maxPriority),
+      priority: bullPriority(payload.priority, this.maxPriority, level),
       attempts: 1,
       // Bodies are prompts: nothing stays in Redis once a request is answered.
       removeOnComplete: true,
@@ -118,19 +133,41 @@ export class PoolQueue {
     return (await this.queue.remove(jobId)) === 1;
   }
 
+  /** The leader's published stats, read at most once a second. */
+  private async readStats(): Promise<void> {
+    const now = this.now();
+    if (this.stats.until > now) return;
+    const text = await this.redis.get(this.keys.poolStats(this.pool.name)).catch(() => null);
+    let drainPerSecond: number | undefined;
+    let longs: LongPromptStats | undefined;
+    try {
+      const stats = text ? decodePoolStats(text) : undefined;
+      drainPerSecond = stats?.drainPerSecond;
+      longs = stats?.longs;
+    } catch {
+      drainPerSecond = undefined;
+    }
+    this.stats = { drainPerSecond, longs, until: now + CACHE_MS };
+  }
+
+  /**
+   * Seconds a new long prompt would wait for its prefill to start, from the long prompts the
+   * leader holds and prefills and its measured prefill rate; undefined while unknown.
+   */
+  async longWait(): Promise<number | undefined> {
+    await this.readStats();
+    const longs = this.stats.longs;
+    if (longs === undefined) return undefined;
+    return longWaitSeconds({
+      tokensAhead: longs.heldTokens + longs.prefillRemainingTokens,
+      prefillTokensPerSecond: longs.prefillTokensPerSecond,
+      parallelPrefills: longs.parallelPrefills,
+    });
+  }
+
   /** Seconds a refused client should wait, from the leader's published drain rate. */
   async retryAfter(): Promise<number> {
-    const now = this.now();
-    if (this.stats.until <= now) {
-      const text = await this.redis.get(this.keys.poolStats(this.pool.name)).catch(() => null);
-      let drainPerSecond: number | undefined;
-      try {
-        drainPerSecond = text ? decodePoolStats(text).drainPerSecond : undefined;
-      } catch {
-        drainPerSecond = undefined;
-      }
-      this.stats = { drainPerSecond, until: now + CACHE_MS };
-    }
+    await this.readStats();
     return retryAfterSeconds({
       queued: this.lastQueued,
       drainPerSecond: this.stats.drainPerSecond,

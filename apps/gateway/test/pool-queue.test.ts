@@ -15,10 +15,17 @@ const keys = keySpace('sluice');
 const pool: PoolConfig = {
   name: 'p',
   models: ['m'],
-  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1 }],
+  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' }],
   queueDepth: 3,
   maxParkSeconds: 10,
   degradation: defaultDegradation,
+  longPrompts: {
+    thresholdTokens: 8192,
+    maxShare: 0.5,
+    maxInPrefill: 1,
+    agingSeconds: 60,
+    kvFit: true,
+  },
 };
 
 const payload = (priority = 0): JobPayload => ({
@@ -49,15 +56,15 @@ afterAll(async () => {
 describe('pool queue (gateway side)', () => {
   it('refuses the jobs that would exceed the depth bound, even when many arrive at once', async () => {
     const results = await Promise.all(
-      Array.from({ length: 10 }, (_, i) => queue.add(`j${i}`, payload(i % 3))),
+      Array.from({ length: 10 }, (_, i) => queue.add(`j${i}`, payload(i % 3), 'short')),
     );
     expect(results.filter(Boolean)).toHaveLength(3);
     expect(await queue.queue.count()).toBe(3);
   });
 
   it('a refused add leaves nothing behind: no job, no placeholder, no reservation', async () => {
-    for (let i = 0; i < 3; i += 1) expect(await queue.add(`k${i}`, payload())).toBe(true);
-    expect(await queue.add('refused', payload())).toBe(false);
+    for (let i = 0; i < 3; i += 1) expect(await queue.add(`k${i}`, payload(), 'short')).toBe(true);
+    expect(await queue.add('refused', payload(), 'short')).toBe(false);
     expect(await queue.queue.getJob('refused')).toBeUndefined();
     expect(await redis.exists(`${keys.prefix}:${keys.queueName('p')}:refused`)).toBe(0);
     expect(await redis.zcard(keys.admissions('p'))).toBe(0);
@@ -66,10 +73,10 @@ describe('pool queue (gateway side)', () => {
 
   it('holds the bound after Redis has lost its scripts', async () => {
     // One add first, so this connection has sent every script once before Redis forgets them.
-    expect(await queue.add('before', payload())).toBe(true);
+    expect(await queue.add('before', payload(), 'short')).toBe(true);
     await redis.script('FLUSH');
     const results = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => queue.add(`f${i}`, payload())),
+      Array.from({ length: 8 }, (_, i) => queue.add(`f${i}`, payload(), 'short')),
     );
     expect(results.filter(Boolean)).toHaveLength(2);
     expect(await queue.queue.count()).toBe(3);
@@ -78,8 +85,8 @@ describe('pool queue (gateway side)', () => {
   });
 
   it('removes a queued job, but not one a dispatcher has taken', async () => {
-    await queue.add('a', payload());
-    await queue.add('b', payload());
+    await queue.add('a', payload(), 'short');
+    await queue.add('b', payload(), 'short');
     const worker = new Worker(keys.queueName('p'), null, {
       connection: bull,
       prefix: keys.prefix,
@@ -101,7 +108,7 @@ describe('pool queue (gateway side)', () => {
       ['low2', 0],
       ['mid', 5],
     ] as const)
-      expect(await deep.add(id, payload(priority))).toBe(true);
+      expect(await deep.add(id, payload(priority), 'short')).toBe(true);
     await deep.close();
     const worker = new Worker(keys.queueName('p'), null, {
       connection: bull,
@@ -115,10 +122,52 @@ describe('pool queue (gateway side)', () => {
     await worker.close();
   });
 
+  it('within a priority class serves aged long prompts, then short ones, then long ones, FIFO in each', async () => {
+    const deep = new PoolQueue({ ...pool, queueDepth: 100 }, keys, redis, bull, 10, Date.now);
+    for (const [id, priority, level] of [
+      ['long1', 0, 'long'],
+      ['short1', 0, 'short'],
+      ['aged', 0, 'aged'],
+      ['long2', 0, 'long'],
+      ['short2', 0, 'short'],
+      ['highLong', 5, 'long'],
+    ] as const)
+      expect(await deep.add(id, payload(priority), level)).toBe(true);
+    await deep.close();
+    const worker = new Worker(keys.queueName('p'), null, {
+      connection: bull,
+      prefix: keys.prefix,
+      autorun: false,
+    });
+    const order = [];
+    for (let i = 0; i < 6; i += 1)
+      order.push((await worker.getNextJob(`t${i}`, { block: false }))?.id);
+    expect(order).toEqual(['highLong', 'aged', 'short1', 'short2', 'long1', 'long2']);
+    await worker.close();
+  });
+
+  it('counts the jobs a dispatcher holds back (the delayed set) against the depth bound', async () => {
+    expect(await queue.add('held', payload(), 'long')).toBe(true);
+    const worker = new Worker(keys.queueName('p'), null, {
+      connection: bull,
+      prefix: keys.prefix,
+      autorun: false,
+    });
+    const taken = await worker.getNextJob('tok', { block: false });
+    await taken!.moveToDelayed(Date.now() + 60_000, 'tok');
+    expect(await queue.add('a', payload(), 'short')).toBe(true);
+    expect(await queue.add('b', payload(), 'short')).toBe(true);
+    expect(await queue.add('c', payload(), 'short')).toBe(false);
+    // Its client gone, the gateway still removes a held job.
+    expect(await queue.removeQueued('held')).toBe(true);
+    expect(await queue.add('c', payload(), 'short')).toBe(true);
+    await worker.close();
+  });
+
   it('holds the bound across replicas adding at the same moment', async () => {
     const replicas = [0, 1, 2].map(() => new PoolQueue(pool, keys, redis, bull, 10, Date.now));
     const results = await Promise.all(
-      Array.from({ length: 12 }, (_, i) => replicas[i % 3]!.add(`x${i}`, payload())),
+      Array.from({ length: 12 }, (_, i) => replicas[i % 3]!.add(`x${i}`, payload(), 'short')),
     );
     expect(results.filter(Boolean)).toHaveLength(3);
     expect(await queue.queue.count()).toBe(3);
@@ -140,9 +189,40 @@ describe('pool queue (gateway side)', () => {
       keys.poolStats('p'),
       JSON.stringify({ leader: 'd', at: 0, drainPerSecond: 0.5, engines: [] }),
     );
-    for (let i = 0; i < 3; i += 1) await queue.add(`r${i}`, payload());
-    await queue.add('over', payload());
+    for (let i = 0; i < 3; i += 1) await queue.add(`r${i}`, payload(), 'short');
+    await queue.add('over', payload(), 'short');
     // 3 queued ahead + this one, at 0.5 per second: 8 s.
     expect(await queue.retryAfter()).toBe(8);
+  });
+
+  it("estimates a long prompt's wait from the long prompts ahead and the measured prefill rate", async () => {
+    const stats = (longs: object) =>
+      JSON.stringify({ leader: 'd', at: 0, drainPerSecond: 1, engines: [], longs });
+    await redis.set(
+      keys.poolStats('p'),
+      stats({
+        held: 2,
+        heldTokens: 80_000,
+        inPrefill: 1,
+        prefillRemainingTokens: 20_000,
+        parallelPrefills: 2,
+      }),
+    );
+    const fresh = () => new PoolQueue(pool, keys, redis, bull, 10, Date.now);
+    // No rate measured yet: no estimate, the request is parked as usual.
+    expect(await fresh().longWait()).toBeUndefined();
+    await redis.set(
+      keys.poolStats('p'),
+      stats({
+        held: 2,
+        heldTokens: 80_000,
+        inPrefill: 1,
+        prefillRemainingTokens: 20_000,
+        prefillTokensPerSecond: 500,
+        parallelPrefills: 2,
+      }),
+    );
+    // 100,000 tokens ahead at 2 x 500 tokens per second.
+    expect(await fresh().longWait()).toBe(100);
   });
 });

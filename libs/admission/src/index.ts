@@ -27,3 +27,21 @@ export {
   type LoadState,
   type LoadStateOptions,
 } from './load-state.js';
+export {
+  classify,
+  freeKvTokens,
+  isAged,
+  longSlots,
+  longWaitSeconds,
+  pickEngineFor,
+  releaseDecision,
+  shortsMayPass,
+  type EnginePick,
+  type HoldReason,
+  type Lane,
+  type LongPromptPolicy,
+  type LongWaitInput,
+  type PrefillView,
+  type PromptClass,
+  type ReleaseDecision,
+} from './prefill.js';

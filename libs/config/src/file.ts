@@ -9,11 +9,12 @@ import {
   type ResolvedDegradation,
 } from './degradation.js';
 import { ConfigError, hidden, show } from './errors.js';
-import { engineNameFromUrl, matching, type Rule } from './rules.js';
+import { engineNameFromUrl, matching, oneOf, type Rule } from './rules.js';
 import type {
   DegradationConfig,
   EngineConfig,
   GpuSource,
+  LongPromptConfig,
   PassthroughConfig,
   PoolConfig,
 } from './types.js';
@@ -29,6 +30,8 @@ export interface FileDefaults {
   degradation: DegradationConfig;
   /** `GPU_SOURCE`: `gpu` is a valid degradation signal only when it is not `none`. */
   gpuSource: GpuSource;
+  /** The ADMISSION_LONG_* variables; a pool's `longPrompts` block overrides them key by key. */
+  longPrompts: LongPromptConfig;
 }
 
 export interface FileContents {
@@ -47,8 +50,22 @@ const POOL_KEYS = [
   'maxParkSeconds',
   'engines',
   'degradation',
+  'longPrompts',
 ] as const;
-const ENGINE_KEYS = ['url', 'name', 'maxInflight', 'apiKey'] as const;
+const ENGINE_KEYS = ['url', 'name', 'maxInflight', 'apiKey', 'lane'] as const;
+const LONG_PROMPT_KEYS = [
+  'thresholdTokens',
+  'maxShare',
+  'maxInPrefill',
+  'agingSeconds',
+  'kvFit',
+] as const;
+const lanes = oneOf(['any', 'long', 'short'] as const);
+const bool: Rule<boolean> = {
+  allowed: 'true or false',
+  fromText: (raw) => (raw === 'true' ? true : raw === 'false' ? false : undefined),
+  fromValue: (raw) => (typeof raw === 'boolean' ? raw : undefined),
+};
 const PASSTHROUGH_KEYS = ['model', 'url'] as const;
 
 const poolName = matching(/^[a-z0-9-]{1,63}$/, "1 to 63 lower-case letters, digits or '-'");
@@ -131,6 +148,28 @@ function parseYaml(file: string, text: string): unknown {
     const detail = (error instanceof Error ? error.message : String(error)).split('\n')[0];
     throw new ConfigError('SLUICE_CONFIG', `${file}: not valid YAML: ${detail}`);
   }
+}
+
+function readLongPrompts(
+  check: FileChecker,
+  pool: Mapping,
+  path: string,
+  defaults: LongPromptConfig,
+): LongPromptConfig {
+  if (!Object.hasOwn(pool, 'longPrompts')) return { ...defaults };
+  const at = join(path, 'longPrompts');
+  const block = check.mapping(pool['longPrompts'], at, LONG_PROMPT_KEYS);
+  return {
+    thresholdTokens:
+      check.optional(block, 'thresholdTokens', at, shared.longPromptTokens) ??
+      defaults.thresholdTokens,
+    maxShare: check.optional(block, 'maxShare', at, shared.longMaxShare) ?? defaults.maxShare,
+    maxInPrefill:
+      check.optional(block, 'maxInPrefill', at, shared.longMaxInPrefill) ?? defaults.maxInPrefill,
+    agingSeconds:
+      check.optional(block, 'agingSeconds', at, shared.longAgingSeconds) ?? defaults.agingSeconds,
+    kvFit: check.optional(block, 'kvFit', at, bool) ?? defaults.kvFit,
+  };
 }
 
 /**
@@ -224,13 +263,25 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
         if (cap === undefined) usedDefaultCap = true;
         const apiKey =
           check.optional(engine, 'apiKey', enginePath, shared.apiKey, true) ?? defaults.apiKey;
+        const lane = check.optional(engine, 'lane', enginePath, lanes) ?? 'any';
         return {
           name,
           url,
           maxInflight: cap ?? defaults.maxInflight,
           ...(apiKey === undefined ? {} : { apiKey }),
+          lane,
         };
       });
+    // Every prompt must have somewhere to go: a pool of only `long` lanes would park every
+    // short request until its park limit, and one of only `short` lanes every long one.
+    for (const wanted of ['short', 'long'] as const)
+      if (engines.every((e) => e.lane !== 'any' && e.lane !== wanted))
+        throw check.invalid(
+          `${path}.engines`,
+          engines.map((e) => e.lane),
+          `at least one engine with lane any or ${wanted} (${wanted} prompts would have nowhere to go)`,
+        );
+    const longPrompts = readLongPrompts(check, pool, path, defaults.longPrompts);
 
     pools.push({
       name,
@@ -239,6 +290,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
       queueDepth: queueDepth ?? defaults.queueDepth,
       maxParkSeconds: maxParkSeconds ?? defaults.maxParkSeconds,
       degradation: copyDegradation(degradation.config),
+      longPrompts,
     });
   });
 

@@ -5,7 +5,7 @@ import { builtInDegradation } from './degradation.js';
 import { ConfigError, invalid, show } from './errors.js';
 import { readPoolFile } from './file.js';
 import { engineNameFromUrl } from './rules.js';
-import type { MaxInflightSource, PoolConfig, SluiceConfig } from './types.js';
+import type { LongPromptConfig, MaxInflightSource, PoolConfig, SluiceConfig } from './types.js';
 import {
   VARIABLES,
   VLLM_DEFAULT_MAX_NUM_SEQS,
@@ -88,6 +88,13 @@ export function loadConfig(
   const apiKey = vars.get('VLLM_API_KEY');
   const degradation = builtInDegradation(gpuSource);
   const degradationOff = vars.must('SLUICE_DEGRADATION') === 'off';
+  const longPrompts: LongPromptConfig = {
+    thresholdTokens: vars.must('ADMISSION_LONG_PROMPT_TOKENS'),
+    maxShare: vars.must('ADMISSION_LONG_MAX_SHARE'),
+    maxInPrefill: vars.must('ADMISSION_LONG_MAX_PREFILLS'),
+    agingSeconds: vars.must('ADMISSION_LONG_AGING_SECONDS'),
+    kvFit: vars.must('ADMISSION_LONG_KV_FIT') === 'on',
+  };
 
   let pools: PoolConfig[] = [];
   let passthrough: SluiceConfig['passthrough'] = [];
@@ -100,6 +107,7 @@ export function loadConfig(
       apiKey,
       degradation,
       gpuSource,
+      longPrompts,
     });
     // SLUICE_DEGRADATION=off switches degradation off everywhere, whatever the file says.
     pools = degradationOff
@@ -123,11 +131,13 @@ export function loadConfig(
             url: vllmUrl,
             maxInflight: cap,
             ...(apiKey === undefined ? {} : { apiKey }),
+            lane: 'any',
           },
         ],
         queueDepth,
         maxParkSeconds,
         degradation: { ...degradation, enabled: !degradationOff },
+        longPrompts,
       },
     ];
   }

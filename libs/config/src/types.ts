@@ -9,6 +9,24 @@ export interface EngineConfig {
   maxInflight: number;
   /** Bearer token the dispatcher sends to this engine. */
   apiKey?: string;
+  /** Which prompts the engine takes: `long` only long ones, `short` only short ones, `any` both. */
+  lane: EngineLane;
+}
+
+export type EngineLane = 'any' | 'long' | 'short';
+
+/** Prefill-aware admission of one pool (docs/broker.md). Structurally `@sluice/admission`'s `LongPromptPolicy`. */
+export interface LongPromptConfig {
+  /** A prompt estimated above this many tokens is long. */
+  thresholdTokens: number;
+  /** Share of an engine's slots long prompts may hold, in (0, 1]; at least one slot. */
+  maxShare: number;
+  /** Long prompts in prefill at once per engine. */
+  maxInPrefill: number;
+  /** Longest time short prompts may pass a long one, seconds. */
+  agingSeconds: number;
+  /** Release a long prompt only where it fits the engine's free KV tokens. */
+  kvFit: boolean;
 }
 
 export interface PoolConfig {
@@ -23,6 +41,8 @@ export interface PoolConfig {
   maxParkSeconds: number;
   /** Shorter answers under load (DESIGN, Policy: degradation); always present, defaults filled. */
   degradation: DegradationConfig;
+  /** Long prompts' share of the engines, one prefill at a time, KV fit, aging. */
+  longPrompts: LongPromptConfig;
 }
 
 /** A load reading that can drive degradation: KV-cache usage, GPU utilization, queue pressure. */

@@ -19,11 +19,21 @@ export const VLLM_DEFAULT_MAX_NUM_SEQS = 256;
 
 const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
 
+/**
+ * Highest SLUICE_MAX_PRIORITY: each class takes three BullMQ priorities (aged long, short,
+ * long; see `bullPriority` in @sluice/protocol) and BullMQ's highest is 2,097,152.
+ */
+export const MAX_PRIORITY = 699_049;
+
 /** Rules shared by an environment variable and a field of the YAML file. */
 export const shared = {
   maxInflight: integer(1),
   queueDepth: integer(0),
   maxParkSeconds: decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+  longPromptTokens: integer(1),
+  longMaxShare: decimal({ min: 0, exclusiveMin: true, max: 1 }),
+  longMaxInPrefill: integer(1),
+  longAgingSeconds: decimal({ min: 0, max: MAX_TIMER_SECONDS }),
   engineUrl: originUrl(),
   modelName: matching(
     /^[^\s\p{Cc}](?:[^\p{Cc}]*[^\s\p{Cc}])?$/u,
@@ -119,6 +129,26 @@ export const VARIABLES = {
     fallback: 8,
     help: 'queued requests per pool before new ones are refused',
   }),
+  ADMISSION_LONG_PROMPT_TOKENS: v(shared.longPromptTokens, {
+    fallback: 8192,
+    help: "prompts estimated above this many tokens are long (vLLM's default per-step budget); see docs/broker.md",
+  }),
+  ADMISSION_LONG_MAX_SHARE: v(shared.longMaxShare, {
+    fallback: 0.5,
+    help: "share of an engine's slots long prompts may hold (rounded down, at least one)",
+  }),
+  ADMISSION_LONG_MAX_PREFILLS: v(shared.longMaxInPrefill, {
+    fallback: 1,
+    help: 'long prompts in prefill (released, no first byte yet) at once per engine',
+  }),
+  ADMISSION_LONG_AGING_SECONDS: v(shared.longAgingSeconds, {
+    fallback: 60,
+    help: 'longest time short prompts may pass a waiting long one',
+  }),
+  ADMISSION_LONG_KV_FIT: v(oneOf(SWITCH), {
+    fallback: 'on',
+    help: "release a long prompt only where its estimate fits the engine's free KV tokens",
+  }),
   ADMISSION_FAIL_MODE: v(oneOf(FAIL_MODES), {
     fallback: 'open',
     help: 'gauge conditions while the engine state is unknown; the in-flight cap holds either way',
@@ -147,9 +177,9 @@ export const VARIABLES = {
     ),
     { fallback: 'x-sluice-priority', help: 'request header carrying a priority (lower-cased)' },
   ),
-  SLUICE_MAX_PRIORITY: v(integer(0, 2_097_151), {
+  SLUICE_MAX_PRIORITY: v(integer(0, MAX_PRIORITY), {
     fallback: 10,
-    help: 'priority header values are clamped into 0..this (0 turns priorities off)',
+    help: 'priority header values are clamped into 0..this (0 turns priorities off; at most 3 BullMQ levels a class fit)',
   }),
   ENGINE_SCRAPE_INTERVAL_MS: v(ms(50), {
     fallback: 500,

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/index.js';
-import { fileError, loadFile } from './helpers.js';
+import { configError, fileError, loadFile } from './helpers.js';
 
 const FULL = `
 pools:
@@ -57,6 +57,46 @@ describe('SLUICE_CONFIG: a valid file', () => {
     expect(loadFile('pools: []\npassthrough: []\n')).toMatchObject({ pools: [], passthrough: [] });
   });
 
+  it("reads a pool's longPrompts block key by key over the ADMISSION_LONG_* variables, and engine lanes", () => {
+    const config = loadFile(
+      `
+pools:
+  - name: p
+    models: [m]
+    longPrompts: { thresholdTokens: 4096, agingSeconds: 30 }
+    engines:
+      - { url: http://vllm-0:8000, lane: long }
+      - { url: http://vllm-1:8000 }
+`,
+      { ADMISSION_LONG_MAX_SHARE: '0.25' },
+    );
+    expect(config.pools[0]!.longPrompts).toEqual({
+      thresholdTokens: 4096,
+      maxShare: 0.25,
+      maxInPrefill: 1,
+      agingSeconds: 30,
+      kvFit: true,
+    });
+    expect(config.pools[0]!.engines.map((e) => e.lane)).toEqual(['long', 'any']);
+  });
+
+  it('refuses a pool whose lanes leave short or long prompts nowhere to go', () => {
+    const error = configError(() => loadFile(pool('', '{ url: http://vllm-0:8000, lane: long }')));
+    expect(error.variable).toBe('pools[0].engines');
+    expect(error.message).toBe(
+      '/etc/sluice.yaml: pools[0].engines=["long"] is invalid: expected at least one engine with lane any or short (short prompts would have nowhere to go)',
+    );
+    expect(() => loadFile(pool('', '{ url: http://vllm-0:8000, lane: wide }'))).toThrow(
+      'pools[0].engines[0].lane="wide" is invalid: expected one of any, long, short',
+    );
+    expect(() => loadFile(pool('    longPrompts: { maxShare: 0 }\n'))).toThrow(
+      'pools[0].longPrompts.maxShare=0 is invalid',
+    );
+    expect(() => loadFile(pool('    longPrompts: { kvFit: "yes" }\n'))).toThrow(
+      'pools[0].longPrompts.kvFit="yes" is invalid: expected true or false',
+    );
+  });
+
   it('reads a real file from disk by default', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
     try {
@@ -87,13 +127,13 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo in a pool key',
       pool('    queueDepht: 3\n'),
       'pools[0].queueDepht',
-      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines, degradation',
+      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines, degradation, longPrompts',
     ],
     [
       'a typo in an engine key',
       pool('', 'url: http://e:1\n        maxInFlight: 3'),
       'pools[0].engines[0].maxInFlight',
-      '/etc/sluice.yaml: pools[0].engines[0].maxInFlight is not a known key: expected one of url, name, maxInflight, apiKey',
+      '/etc/sluice.yaml: pools[0].engines[0].maxInFlight is not a known key: expected one of url, name, maxInflight, apiKey, lane',
     ],
     [
       'a typo at the top level',
@@ -177,7 +217,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'an engine that is a bare string',
       pool('', 'http://vllm-0:8000'),
       'pools[0].engines[0]',
-      '/etc/sluice.yaml: pools[0].engines[0]="http://vllm-0:8000" is invalid: expected a mapping with keys url, name, maxInflight, apiKey',
+      '/etc/sluice.yaml: pools[0].engines[0]="http://vllm-0:8000" is invalid: expected a mapping with keys url, name, maxInflight, apiKey, lane',
     ],
     [
       'pools as a mapping',

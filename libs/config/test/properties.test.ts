@@ -14,6 +14,10 @@ const context: Partial<Record<VariableName, Record<string, string>>> = {
   ADMISSION_MAX_INFLIGHT: { VLLM_URL: 'http://e:1' },
   ADMISSION_MAX_PARK_SECONDS: { VLLM_URL: 'http://e:1' },
   VLLM_MAX_QUEUE_DEPTH: { VLLM_URL: 'http://e:1' },
+  ADMISSION_LONG_PROMPT_TOKENS: { VLLM_URL: 'http://e:1' },
+  ADMISSION_LONG_MAX_SHARE: { VLLM_URL: 'http://e:1' },
+  ADMISSION_LONG_MAX_PREFILLS: { VLLM_URL: 'http://e:1' },
+  ADMISSION_LONG_AGING_SECONDS: { VLLM_URL: 'http://e:1' },
   SLUICE_RELAY_LIVENESS_MS: { SLUICE_RELAY_SILENCE_TIMEOUT_MS: String(MAX_TIMER_MS) },
   SLUICE_RELAY_SILENCE_TIMEOUT_MS: { SLUICE_RELAY_LIVENESS_MS: '10' },
 };
@@ -66,10 +70,12 @@ const decimals = names.flatMap((name) => {
 
 describe('properties of environment values', () => {
   it('finds the numeric variables', () => {
-    expect(integers).toHaveLength(16);
+    expect(integers).toHaveLength(18);
     expect(integers.map((v) => v.name)).toContain('ADMISSION_MAX_INFLIGHT');
     expect(decimals.map((v) => v.name).sort()).toEqual([
       'ADMISSION_KV_THRESHOLD',
+      'ADMISSION_LONG_AGING_SECONDS',
+      'ADMISSION_LONG_MAX_SHARE',
       'ADMISSION_MAX_PARK_SECONDS',
       'SSE_HEARTBEAT_SECONDS',
     ]);

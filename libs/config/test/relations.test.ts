@@ -73,11 +73,24 @@ describe('SLUICE_CONFIG and VLLM_URL', () => {
         name: 'default',
         models: [],
         engines: [
-          { name: 'vllm-0:8000', url: 'http://vllm-0:8000', maxInflight: 256, apiKey: 'k' },
+          {
+            name: 'vllm-0:8000',
+            url: 'http://vllm-0:8000',
+            maxInflight: 256,
+            apiKey: 'k',
+            lane: 'any',
+          },
         ],
         queueDepth: 8,
         maxParkSeconds: 120,
         degradation: defaultDegradation,
+        longPrompts: {
+          thresholdTokens: 8192,
+          maxShare: 0.5,
+          maxInPrefill: 1,
+          agingSeconds: 60,
+          kvFit: true,
+        },
       },
     ]);
   });

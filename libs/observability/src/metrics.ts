@@ -7,6 +7,11 @@ const waitBuckets = [
   0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 ];
 
+/** Prompt sizes from a chat turn to a whole book; 8192 is the default long-prompt threshold. */
+const promptTokenBuckets = [
+  64, 256, 1024, 2048, 4096, 8192, 16_384, 32_768, 65_536, 131_072, 262_144,
+];
+
 export function gatewayMetrics(registry: Registry) {
   const registers = [registry];
   return {
@@ -45,6 +50,13 @@ export function gatewayMetrics(registry: Registry) {
       help: 'Time from request to the first byte of the engine body, as the client sees it.',
       labelNames: ['model'],
       buckets: waitBuckets,
+      registers,
+    }),
+    promptTokens: new Histogram({
+      name: 'sluice_prompt_tokens_estimated',
+      help: "The gateway's estimate of a gated request's prompt tokens, by class (short or long).",
+      labelNames: ['model', 'class'],
+      buckets: promptTokenBuckets,
       registers,
     }),
     heartbeats: new Counter({
@@ -110,6 +122,36 @@ export function dispatcherMetrics(registry: Registry) {
       name: 'sluice_skipped_total',
       help: 'Jobs taken from the queue but not run (client gone, past deadline, invalid payload).',
       labelNames: ['pool', 'reason'],
+      registers,
+    }),
+    longInflight: new Gauge({
+      name: 'sluice_long_prompts_inflight',
+      help: 'Long prompts released to the engine and not finished.',
+      labelNames: ['pool', 'engine'],
+      registers,
+    }),
+    longInPrefill: new Gauge({
+      name: 'sluice_long_prompts_in_prefill',
+      help: 'Long prompts released to the engine that have not produced a first byte yet.',
+      labelNames: ['pool', 'engine'],
+      registers,
+    }),
+    longHeld: new Gauge({
+      name: 'sluice_long_prompts_held',
+      help: 'Long prompts the dispatcher holds back (BullMQ delayed set) until an engine may take them.',
+      labelNames: ['pool'],
+      registers,
+    }),
+    heldReleases: new Counter({
+      name: 'sluice_release_held_total',
+      help: 'Times a long prompt was held back, by reason (long_share, long_prefill, kv_fit, ...).',
+      labelNames: ['pool', 'reason'],
+      registers,
+    }),
+    prefillRate: new Gauge({
+      name: 'sluice_long_prefill_tokens_per_second',
+      help: 'Measured prefill rate of long prompts (estimated tokens / time to first byte), smoothed.',
+      labelNames: ['pool'],
       registers,
     }),
     gateClosed: new Counter({

@@ -1,11 +1,13 @@
 export { keySpace, type KeySpace } from './keys.js';
 export { ProtocolError } from './errors.js';
 export {
+  BULL_MAX_PRIORITY,
   bullPriority,
   completionPaths,
   validateJobPayload,
   type CompletionPath,
   type JobPayload,
+  type QueueLevel,
 } from './job.js';
 export {
   decodeCancel,
@@ -22,6 +24,12 @@ export {
   type HeadInfo,
   type StartInfo,
 } from './frames.js';
-export { decodePoolStats, encodePoolStats, type EngineStats, type PoolStats } from './stats.js';
+export {
+  decodePoolStats,
+  encodePoolStats,
+  type EngineStats,
+  type LongPromptStats,
+  type PoolStats,
+} from './stats.js';
 export { rejectReasons, type RejectReason } from './reasons.js';
 export { sluiceHeaders } from './headers.js';

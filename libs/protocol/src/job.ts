@@ -22,6 +22,8 @@ export interface JobPayload {
   priority: number;
   /** Client's `max_tokens` / `max_completion_tokens`, when it sent one. */
   maxTokens?: number;
+  /** The gateway's estimate of the prompt's tokens; absent counts as 0 (a short prompt). */
+  promptTokens?: number;
   tenant?: string;
   /** The client asked not to be degraded (`x-sluice-degrade: off`) and the pool allows it. */
   optOut?: boolean;
@@ -60,6 +62,11 @@ export function validateJobPayload(value: unknown): JobPayload {
     (!Number.isInteger(p['maxTokens']) || (p['maxTokens'] as number) < 0)
   )
     fail('maxTokens', 'an integer >= 0', p['maxTokens']);
+  if (
+    p['promptTokens'] !== undefined &&
+    (!Number.isInteger(p['promptTokens']) || (p['promptTokens'] as number) < 0)
+  )
+    fail('promptTokens', 'an integer >= 0', p['promptTokens']);
   if (p['tenant'] !== undefined && typeof p['tenant'] !== 'string')
     fail('tenant', 'a string', p['tenant']);
   if (p['optOut'] !== undefined && typeof p['optOut'] !== 'boolean')
@@ -68,11 +75,24 @@ export function validateJobPayload(value: unknown): JobPayload {
 }
 
 /**
- * Maps Sluice priority (0 = default, `maxPriority` = most urgent) onto BullMQ's, in which
- * jobs without a priority (0) are served before all prioritised ones and 1 is the most
- * urgent prioritised value. The most urgent class takes BullMQ's plain wait list (its
- * fastest path); every other class is prioritised, FIFO within a class.
+ * Where a job stands within its priority class: long prompts whose aging limit passed go
+ * first, then short prompts, then long ones (docs/broker.md, "Order").
  */
-export function bullPriority(priority: number, maxPriority: number): number {
-  return priority >= maxPriority ? 0 : maxPriority - priority + 1;
+export type QueueLevel = 'aged' | 'short' | 'long';
+
+const LEVELS: Record<QueueLevel, number> = { aged: 0, short: 1, long: 2 };
+
+/** BullMQ's highest priority value. */
+export const BULL_MAX_PRIORITY = 2_097_152;
+
+/**
+ * Maps Sluice priority (0 = default, `maxPriority` = most urgent) and the job's level onto
+ * BullMQ's priority, in which a lower value is served first and FIFO holds within a value.
+ * Every job is prioritised (>= 1): BullMQ serves its plain wait list (priority 0) before any
+ * prioritised job, so an aged long prompt could not go ahead of short ones there. A class
+ * takes three values; `maxPriority` must be at most (2,097,152 - 3) / 3.
+ */
+export function bullPriority(priority: number, maxPriority: number, level: QueueLevel): number {
+  const urgency = maxPriority - Math.min(priority, maxPriority);
+  return urgency * 3 + LEVELS[level] + 1;
 }

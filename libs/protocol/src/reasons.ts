@@ -3,6 +3,7 @@
 export const rejectReasons = {
   queue_full: 503,
   park_timeout: 503,
+  long_backlog: 503,
   no_leader: 503,
   redis_unavailable: 503,
   engine_unreachable: 503,

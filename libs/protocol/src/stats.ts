@@ -11,8 +11,23 @@ export interface PoolStats {
   engines: EngineStats[];
   /** The load state (degradation profile) jobs are released in now. */
   loadState?: string;
-  /** Jobs in the queue by BullMQ state. */
-  queue?: { wait: number; prioritized: number; active: number };
+  /** Jobs in the queue by BullMQ state (`delayed`: long prompts the leader holds back). */
+  queue?: { wait: number; prioritized: number; active: number; delayed?: number };
+  /** Long prompts (prefill-aware admission), for the gateways' estimate of a long prompt's wait. */
+  longs?: LongPromptStats;
+}
+
+export interface LongPromptStats {
+  /** Long prompts the leader holds back, and their estimated prompt tokens. */
+  held: number;
+  heldTokens: number;
+  /** Long prompts in prefill on the engines, and the tokens of prefill they likely have left. */
+  inPrefill: number;
+  prefillRemainingTokens: number;
+  /** Measured prefill rate of one long prompt, tokens per second; absent until measured. */
+  prefillTokensPerSecond?: number;
+  /** Long prompts the pool prefills at once. */
+  parallelPrefills: number;
 }
 
 export interface EngineStats {

@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { bullPriority, validateJobPayload, type JobPayload } from '../src/job.ts';
+import {
+  BULL_MAX_PRIORITY,
+  bullPriority,
+  validateJobPayload,
+  type JobPayload,
+} from '../src/job.ts';
 import { keySpace } from '../src/keys.ts';
 
 const valid: JobPayload = {
@@ -41,11 +46,25 @@ describe('job payload', () => {
     expect(() => validateJobPayload(payload)).toThrow(message);
   });
 
-  it('maps the most urgent priority to the wait list and keeps the order of the others', () => {
-    expect(bullPriority(10, 10)).toBe(0);
-    expect(bullPriority(9, 10)).toBe(2);
-    expect(bullPriority(0, 10)).toBe(11);
-    expect(bullPriority(5, 10)).toBeLessThan(bullPriority(4, 10));
+  it('maps priority classes to BullMQ priorities, aged long before short before long within a class', () => {
+    expect(bullPriority(10, 10, 'aged')).toBe(1);
+    expect(bullPriority(10, 10, 'short')).toBe(2);
+    expect(bullPriority(10, 10, 'long')).toBe(3);
+    expect(bullPriority(9, 10, 'aged')).toBe(4);
+    expect(bullPriority(0, 10, 'long')).toBe(33);
+    // A higher class goes first whatever the level.
+    expect(bullPriority(5, 10, 'long')).toBeLessThan(bullPriority(4, 10, 'aged'));
+    // Values above the maximum are clamped to it; the highest maximum fits BullMQ's range.
+    expect(bullPriority(99, 10, 'short')).toBe(2);
+    expect(bullPriority(0, 699_049, 'long')).toBeLessThanOrEqual(BULL_MAX_PRIORITY);
+  });
+
+  it('reads the prompt-token estimate and refuses a bad one', () => {
+    expect(validateJobPayload({ ...valid, promptTokens: 65_536 }).promptTokens).toBe(65_536);
+    expect(() => validateJobPayload({ ...valid, promptTokens: -1 })).toThrow(
+      /field promptTokens must be an integer >= 0/,
+    );
+    expect(() => validateJobPayload({ ...valid, promptTokens: '12' })).toThrow(/promptTokens/);
   });
 });
 
