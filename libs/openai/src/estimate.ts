@@ -13,12 +13,13 @@ const CHARS_PER_TOKEN = 4;
 
 /**
  * Per byte inside a string: 0 for a byte that starts a character (ASCII or a UTF-8 lead byte),
- * 1 for a UTF-8 continuation byte (0b10xxxxxx), 2 for '"' and '\' (the run ends there).
+ * 1 for a UTF-8 continuation byte (0b10xxxxxx), 8 for '"' and '\' (the run ends there). Four
+ * entries sum to 8 or more exactly when one of them is a stop, since four continuations sum to 4.
  */
 const STRING_BYTE = new Uint8Array(256);
 for (let c = 0x80; c < 0xc0; c++) STRING_BYTE[c] = 1;
-STRING_BYTE[0x22] = 2;
-STRING_BYTE[0x5c] = 2;
+STRING_BYTE[0x22] = 8;
+STRING_BYTE[0x5c] = 8;
 
 /**
  * Estimated prompt tokens of a peeked chat/completions request: `messages` when present (the
@@ -53,14 +54,22 @@ function countSpan(b: Uint8Array, span: ByteSpan, perString: boolean): number {
   while (i < n) {
     const c = b[i]!;
     if (c === 0x22 /* " */) {
-      // A string: count its code points, a run of plain bytes at a time.
+      // A string: count its code points (bytes less continuation bytes), a run at a time.
       i++;
       let chars = 0;
       for (;;) {
         const run = i;
         let continuation = 0;
+        // Four bytes a step while none of them is a stop (measured 1.5x the plain byte loop),
+        // then byte by byte up to the stop.
+        while (i + 4 <= n) {
+          const s = table[b[i]!]! + table[b[i + 1]!]! + table[b[i + 2]!]! + table[b[i + 3]!]!;
+          if (s >= 8) break;
+          continuation += s;
+          i += 4;
+        }
         let k = 0;
-        while (i < n && (k = table[b[i]!]!) < 2) {
+        while (i < n && (k = table[b[i]!]!) < 8) {
           continuation += k;
           i++;
         }

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { estimatePromptTokens, peekRequest, RequestPeekError } from '../src/index.js';
 import type { PeekedRequest } from '../src/index.js';
 import { anyString, Members, message, requestMembers, serialize, style } from './arbitraries.js';
+import type { Style } from './arbitraries.js';
 import { bytes } from './helpers.js';
 
 /** Peeks `text` and estimates it. */
@@ -31,6 +32,15 @@ function promptTokens(v: unknown): number {
   if (typeof v === 'number') return 1;
   if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + promptTokens(x), 0);
   if (v !== null && typeof v === 'object') return promptTokens(Object.values(v));
+  return 0;
+}
+
+/** Object members in `v`, all levels. */
+function keyCount(v: unknown): number {
+  if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + keyCount(x), 0);
+  if (v !== null && typeof v === 'object') {
+    return Object.keys(v).length + keyCount(Object.values(v));
+  }
   return 0;
 }
 
@@ -64,6 +74,8 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(chat('[{"role":"a","content":"b"}]')).toBe(1);
     expect(chat('[{"r\\u006fle":"a","a-very-long-key-name-indeed":"b"}]')).toBe(1);
     expect(chat('[ { "role" \n : "a" , "content"\t:\r\n"b" } ]')).toBe(1);
+    // Duplicate keys: every value in the bytes counts, though JSON.parse keeps only the last.
+    expect(chat('[{"content":"abcd","content":"efgh"}]')).toBe(2);
     // A value that looks like a key still counts: "role" (4) + "content" (7) = 11.
     expect(chat('[{"x":"role","y":"content"}]')).toBe(3);
   });
@@ -186,6 +198,26 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
   const check = (body: Uint8Array): void => {
     expect(estimatePromptTokens(body, peekRequest(body))).toBe(referenceEstimate(body));
   };
+  /**
+   * Checks `{"model":"m", <field>: value}` written in style `s`. The serializer escapes a
+   * surrogate pair half by half, and a raw lone half is written as U+FFFD, so two keys of one
+   * object can become duplicates; JSON.parse then drops a value the estimate still counts (see
+   * the duplicate-key example), so such a body says nothing here and is skipped.
+   */
+  const checkField = (field: 'messages' | 'prompt', value: JsonValue, s: Style): void => {
+    const body = bytes(
+      serialize(
+        new Members([
+          ['model', 'm'],
+          [field, value],
+        ]),
+        s,
+      ),
+    );
+    const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
+    fc.pre(keyCount(parsed[field]) === keyCount(value));
+    check(body);
+  };
   const unicode = fc.oneof(
     anyString,
     fc.string({ unit: 'grapheme' }),
@@ -260,19 +292,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
       fc.property(
         fc.array(fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' })),
         style,
-        (messages, s) => {
-          check(
-            bytes(
-              serialize(
-                new Members([
-                  ['model', 'm'],
-                  ['messages', messages],
-                ]),
-                s,
-              ),
-            ),
-          );
-        },
+        (messages, s) => checkField('messages', messages, s),
       ),
       { numRuns: 2000 },
     );
@@ -287,19 +307,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
       fc.jsonValue({ maxDepth: 3, stringUnit: 'grapheme' }),
     );
     fc.assert(
-      fc.property(prompt, style, (p, s) => {
-        check(
-          bytes(
-            serialize(
-              new Members([
-                ['model', 'm'],
-                ['prompt', p as JsonValue],
-              ]),
-              s,
-            ),
-          ),
-        );
-      }),
+      fc.property(prompt, style, (p, s) => checkField('prompt', p as JsonValue, s)),
       { numRuns: 2000 },
     );
   });
