@@ -1,10 +1,15 @@
-// Body handling: the gateway's single-pass peek and the dispatcher's degradation rewrite, on
-// chat bodies of 1 KiB, 64 KiB and 1 MiB, against JSON.parse (+ JSON.stringify for the
-// rewrite), in this process. Needs `--expose-gc` (the bench config passes it) for the bytes.
+// Body handling: the gateway's single-pass peek, its prompt-token estimate and the dispatcher's
+// degradation rewrite, on chat bodies of 1 KiB, 64 KiB and 1 MiB, against JSON.parse
+// (+ JSON.stringify for the rewrite), in this process. Needs `--expose-gc` (the bench config passes it) for the bytes.
 import { Buffer } from 'node:buffer';
 import { performance } from 'node:perf_hooks';
 import { defaultDegradation } from '@sluice/config';
-import { peekRequest, rewriteRequest, type RewritePlan } from '@sluice/openai';
+import {
+  estimatePromptTokens,
+  peekRequest,
+  rewriteRequest,
+  type RewritePlan,
+} from '@sluice/openai';
 import { expect, it } from 'vitest';
 import { round, summarize, writeResult, type Figure, type ScenarioResult } from './results.ts';
 
@@ -78,6 +83,23 @@ const peekMethods: Array<[string, (buf: Buffer) => unknown]> = [
   ['peekRequest', (buf) => peekRequest(buf)],
   ['JSON.parse', (buf) => JSON.parse(buf.toString())],
 ];
+
+/** The gateway's estimate on its own (the peek of `buf` done before), and after the peek. */
+const estimateMethods = (
+  buf: Buffer,
+  withPeek: boolean,
+): Array<[string, (buf: Buffer) => unknown]> => {
+  const peeked = peekRequest(buf);
+  const alone: [string, (buf: Buffer) => unknown] = [
+    'estimatePromptTokens alone (peek done)',
+    (b) => estimatePromptTokens(b, peeked),
+  ];
+  if (!withPeek) return [alone];
+  return [
+    ['peekRequest + estimatePromptTokens', (b) => estimatePromptTokens(b, peekRequest(b))],
+    alone,
+  ];
+};
 
 const methods: Array<[string, (buf: Buffer) => unknown]> = [
   ...peekMethods,
@@ -168,7 +190,7 @@ function growth(fn: (buf: Buffer) => unknown, buf: Buffer): number {
   return summarize(samples).median;
 }
 
-it('times the peek and the rewrite against JSON.parse and JSON.stringify', () => {
+it('times the peek, the estimate and the rewrite against JSON.parse and JSON.stringify', () => {
   expect(gc, 'run with --expose-gc (test/bench/vitest.config.ts)').toBeTypeOf('function');
   const bodies: Array<[string, Buffer]> = [
     ['1 KiB', chatBody(1 << 10, 11)],
@@ -216,22 +238,30 @@ it('times the peek and the rewrite against JSON.parse and JSON.stringify', () =>
     // The rewrite must produce what the naive way produces, or the comparison is meaningless.
     const spliced = rewriteRequest(buf, peekRequest(buf), PLAN);
     expect(JSON.parse(spliced.toString())).toEqual(JSON.parse(parseEditStringify(buf).toString()));
-    const speedUp = measure(size, buf, methods);
+    const speedUp = measure(size, buf, [...methods, ...estimateMethods(buf, true)]);
     speedUp('peekRequest', 'JSON.parse');
     speedUp('peekRequest + rewriteRequest', 'JSON.parse + edit + JSON.stringify');
   }
   const shapes = otherShapes();
-  for (const [shape, buf] of shapes) measure(shape, buf, peekMethods)('peekRequest', 'JSON.parse');
+  for (const [shape, buf] of shapes) {
+    measure(shape, buf, [...peekMethods, ...estimateMethods(buf, false)])(
+      'peekRequest',
+      'JSON.parse',
+    );
+  }
   writeResult({
     scenario: 'body',
-    title: 'Body handling: single-pass peek and splice rewrite against JSON.parse / JSON.stringify',
+    title:
+      'Body handling: single-pass peek, prompt-token estimate and splice rewrite against JSON.parse / JSON.stringify',
     figures,
     runs,
     notes: [
-      `Bodies: ${bodies.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}; chat turns of mixed ASCII and non-ASCII text, generated from a fixed seed. The peek alone is also timed on other shapes: ${shapes.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}.`,
+      `Bodies: ${bodies.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}; chat turns of mixed ASCII and non-ASCII text, generated from a fixed seed. The peek and the estimate are also timed on other shapes: ${shapes.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}.`,
+      `The prompt-token estimate (estimatePromptTokens: ceil(code points of the string values in messages / 4), or the prompt's; one pass over the span, no allocation) is timed on its own with the body's peek done beforehand, and for the three chat bodies also after the peek, as the gateway runs it. Estimates: ${[...bodies, ...shapes].map(([n, b]) => `${n} = ${estimatePromptTokens(b, peekRequest(b))} tokens`).join(', ')}.`,
       'The rewrite prepends the instruction as its own system message (the default); "appended to the system prompt" adds it at the end of the existing system message, which copies that message.',
       'JSON.parse is timed on the raw bytes as the gateway would need it (buf.toString() included); the naive rewrite parses, prepends the instruction, scales max_tokens, stringifies and encodes to bytes, which is the same edit as rewriteRequest (checked).',
       `Time: median per call over batches of ~0.2 ms after a warm-up, ${MEASURE_MS} ms of batches per measurement, ${REPEATS} interleaved repeats (runs show their spread; figures are their median). Allocated: JS heap + ArrayBuffer growth across one call after a full GC, median of 15 calls, less the same measured around an empty call.`,
     ],
   });
-});
+  // 33 measurements of ~4 s each: more than the bench config's 180 s default on a slow machine.
+}, 400_000);
