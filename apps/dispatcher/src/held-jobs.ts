@@ -11,25 +11,12 @@
 // leader skips it as past its deadline. When one may go, it is promoted back into the queue
 // (after the short prompts of its class, or before them once aged) and the release loop,
 // woken by the promotion, takes it like any other job.
+import { comesBefore, type QueuedPrompt } from '@sluice/admission';
 import type { Job } from 'bullmq';
 
-export interface HeldJob {
+export interface HeldJob extends QueuedPrompt {
   id: string;
   job: Job;
-  promptTokens: number;
-  long: boolean;
-  priority: number;
-  enqueuedAt: number;
-}
-
-/** Release order among held jobs: higher priority class first, then short before long, then FIFO. */
-export function comesBefore(
-  a: Pick<HeldJob, 'priority' | 'long' | 'enqueuedAt'>,
-  b: Pick<HeldJob, 'priority' | 'long' | 'enqueuedAt'>,
-): boolean {
-  if (a.priority !== b.priority) return a.priority > b.priority;
-  if (a.long !== b.long) return !a.long;
-  return a.enqueuedAt < b.enqueuedAt;
 }
 
 export class HeldJobs {
@@ -41,7 +28,7 @@ export class HeldJobs {
     return this.list.length;
   }
 
-  /** Held jobs in release order. */
+  /** Held jobs in release order (`comesBefore`). */
   ordered(): readonly HeldJob[] {
     return this.list;
   }

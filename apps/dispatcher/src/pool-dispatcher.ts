@@ -7,6 +7,12 @@
 // as a Redis-enforced backstop against two processes that both believe they lead.
 import {
   bypassTraffic,
+  classify,
+  isAged,
+  nextToPromote,
+  releaseVerdict,
+  type OrderContext,
+  type WaitReason,
   gateDecision,
   pickEngine,
   smoothRate,
@@ -35,7 +41,6 @@ import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
 import { HeldJobs, type HeldJob } from './held-jobs.js';
-import { ReleaseOrder, type WaitReason } from './release-order.js';
 import {
   emptyCounters,
   PrefillRate,
@@ -102,7 +107,6 @@ export class PoolDispatcher {
     { job: Job; token: string; work?: ReleasedWork }
   >();
   private readonly held = new HeldJobs();
-  private readonly order: ReleaseOrder;
   private readonly prefillRate = new PrefillRate();
   private unparking = false;
   private wake: (() => void) | undefined;
@@ -156,7 +160,6 @@ export class PoolDispatcher {
         now: deps.now,
       }),
     }));
-    this.order = new ReleaseOrder(this.engines, this.held, pool.longPrompts, deps.policy);
     for (const engine of this.engines)
       engine.observer.on('change', (state) => this.observed(engine, state));
     for (const e of this.engines)
@@ -318,14 +321,24 @@ export class PoolDispatcher {
     const candidate = {
       id: jobId,
       promptTokens,
-      long: this.order.isLong(promptTokens),
+      long: classify(promptTokens, this.pool.longPrompts) === 'long',
       priority: payload.priority,
       enqueuedAt: payload.enqueuedAt,
     };
-    const verdict = this.order.decide(candidate, at);
+    const verdict = releaseVerdict(candidate, this.orderContext(at));
     if (verdict.go)
       this.release(job, token, this.engines[verdict.engine]!, payload, candidate.long);
     else void this.park(job, token, payload, { ...candidate, job }, verdict.reason);
+  }
+
+  private orderContext(now: number): OrderContext {
+    return {
+      engines: this.engines,
+      held: this.held.ordered(),
+      policy: this.pool.longPrompts,
+      gate: this.deps.policy,
+      now,
+    };
   }
 
   /** Moves a taken job to the delayed set until it may go (see held-jobs.ts). */
@@ -358,8 +371,10 @@ export class PoolDispatcher {
   private maybeUnpark(): void {
     if (this.unparking || this.held.promoted !== undefined || !this.lease.isLeader) return;
     const now = this.deps.now();
-    const next = this.order.nextToPromote(now);
-    if (next) void this.unpark(next, this.order.isAged(next, now));
+    const { held, ...ctx } = this.orderContext(now);
+    const next = nextToPromote(held as readonly HeldJob[], ctx);
+    if (next)
+      void this.unpark(next, next.long && isAged(next.enqueuedAt, this.pool.longPrompts, now));
   }
 
   private async unpark(h: HeldJob, aged: boolean): Promise<void> {
@@ -404,7 +419,7 @@ export class PoolDispatcher {
         id: job.id,
         job,
         promptTokens: tokens,
-        long: this.order.isLong(tokens),
+        long: classify(tokens, this.pool.longPrompts) === 'long',
         priority: payload.priority,
         enqueuedAt: payload.enqueuedAt,
       });

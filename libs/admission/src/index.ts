@@ -45,3 +45,14 @@ export {
   type PromptClass,
   type ReleaseDecision,
 } from './prefill.js';
+export {
+  comesBefore,
+  nextToPromote,
+  releaseVerdict,
+  shortsHeld,
+  waitReasons,
+  type OrderContext,
+  type QueuedPrompt,
+  type Verdict,
+  type WaitReason,
+} from './release-order.js';

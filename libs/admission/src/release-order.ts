@@ -1,98 +1,115 @@
-// Choosing: may this job go now, to which engine, and which held job goes next. The rules are
-// `@sluice/admission`'s prefill rules; this module adds the order among jobs (held-jobs.ts
-// keeps them). No I/O: pool-dispatcher.ts does the moving.
+// The order of release among queued prompts: may this one go now, to which engine, and which
+// held one goes next. The per-engine rules are `prefill.ts`; this adds the order among
+// prompts: a higher class first; within a class, short before long, long ones first come,
+// first served; an aged long prompt ahead of the short ones it would otherwise lose room to.
+// Pure: the held prompts, the engines and the time come in as arguments.
 //
-// One predicate, `decide`, answers both questions (for a job just taken and for each held
-// one), so a job promoted because it may go is released when it comes back, never held
-// again for a reason the promotion did not see.
+// One predicate, `releaseVerdict`, answers both questions (for a prompt just taken and for
+// each held one), so a prompt promoted because it may go is released when it comes back,
+// never held again for a reason the promotion did not see.
+import type { GatePolicy } from './gate.js';
 import {
-  classify,
   isAged,
   pickEngineFor,
   shortsMayPass,
-  type GatePolicy,
   type LongPromptPolicy,
   type PrefillView,
-} from '@sluice/admission';
-import { comesBefore, type HeldJob, type HeldJobs } from './held-jobs.js';
+} from './prefill.js';
 
-/** A job as the order sees it. */
-export type Candidate = Omit<HeldJob, 'job'>;
+/** A prompt waiting to be released, as the order sees it. */
+export interface QueuedPrompt {
+  long: boolean;
+  promptTokens: number;
+  /** Sluice priority class: higher goes first. */
+  priority: number;
+  /** Unix ms the gateway enqueued it. */
+  enqueuedAt: number;
+}
+
+/** Release order among held prompts: higher class first, then short before long, then FIFO. */
+export function comesBefore(a: QueuedPrompt, b: QueuedPrompt): boolean {
+  if (a.priority !== b.priority) return a.priority > b.priority;
+  if (a.long !== b.long) return !a.long;
+  return a.enqueuedAt < b.enqueuedAt;
+}
 
 /**
- * Why a job waits: a rule of `@sluice/admission` (`long_share`, `long_prefill`, `kv_fit`,
- * `lane`), a closed plain gate (`gate`), an older long prompt held ahead of it (`long_ahead`),
- * or an aged long prompt that short ones may no longer pass (`aged_long`). The `reason`
- * label of `sluice_release_held_total`.
+ * Why a prompt waits: a rule of `prefill.ts` (`long_share`, `long_prefill`, `kv_fit`, `lane`),
+ * a closed plain gate (`gate`), an older long prompt held ahead of it (`long_ahead`), or an
+ * aged long prompt that short ones may no longer pass (`aged_long`). The `reason` label of
+ * `sluice_release_held_total`.
  */
 export type WaitReason =
   'long_share' | 'long_prefill' | 'kv_fit' | 'lane' | 'gate' | 'long_ahead' | 'aged_long';
 
+export const waitReasons: readonly WaitReason[] = [
+  'long_share',
+  'long_prefill',
+  'kv_fit',
+  'lane',
+  'gate',
+  'long_ahead',
+  'aged_long',
+];
+
 export type Verdict = { go: true; engine: number } | { go: false; reason: WaitReason };
 
-export class ReleaseOrder {
-  constructor(
-    private readonly engines: readonly PrefillView[],
-    private readonly held: HeldJobs,
-    private readonly policy: LongPromptPolicy,
-    private readonly gate: GatePolicy,
-  ) {}
+export interface OrderContext {
+  engines: readonly PrefillView[];
+  /** Prompts held back, in release order (`comesBefore`). */
+  held: readonly QueuedPrompt[];
+  policy: LongPromptPolicy;
+  gate: GatePolicy;
+  now: number;
+}
 
-  isLong(promptTokens: number): boolean {
-    return classify(promptTokens, this.policy) === 'long';
+/** May `prompt` go now, and to which engine. */
+export function releaseVerdict(prompt: QueuedPrompt, ctx: OrderContext): Verdict {
+  const { engines, held, policy, gate, now } = ctx;
+  const pick = pickEngineFor(
+    engines,
+    prompt.long ? 'long' : 'short',
+    prompt.promptTokens,
+    policy,
+    gate,
+    now,
+  );
+  if (!pick.admit) {
+    const r = pick.reason;
+    const reason =
+      r === 'long_share' || r === 'long_prefill' || r === 'kv_fit' || r === 'lane' ? r : 'gate';
+    return { go: false, reason };
   }
+  // Long prompts keep their order among themselves: a smaller one that would fit does not
+  // jump a bigger one waiting for KV, or the big one could wait forever.
+  if (prompt.long && held.some((h) => h.long && comesBefore(h, prompt)))
+    return { go: false, reason: 'long_ahead' };
+  if (!prompt.long && shortsHeld(prompt.priority, ctx)) return { go: false, reason: 'aged_long' };
+  return { go: true, engine: pick.index };
+}
 
-  /** May `job` go now, and where. */
-  decide(job: Candidate, now: number): Verdict {
-    const pick = pickEngineFor(
-      this.engines,
-      job.long ? 'long' : 'short',
-      job.promptTokens,
-      this.policy,
-      this.gate,
-      now,
-    );
-    if (!pick.admit) {
-      const r = pick.reason;
-      const reason =
-        r === 'long_share' || r === 'long_prefill' || r === 'kv_fit' || r === 'lane' ? r : 'gate';
-      return { go: false, reason };
-    }
-    // Long prompts keep their order among themselves (a smaller one that would fit does not
-    // jump a bigger one waiting for KV, or the big one could wait forever).
-    if (job.long && this.held.ordered().some((h) => h.long && comesBefore(h, job)))
-      return { go: false, reason: 'long_ahead' };
-    if (!job.long && this.shortsHeld(job.priority, now)) return { go: false, reason: 'aged_long' };
-    return { go: true, engine: pick.index };
-  }
+/**
+ * The first held prompt, in release order, that may go now, if any. An aged long prompt that
+ * may go is never behind a short one that may: `shortsHeld` holds those.
+ */
+export function nextToPromote<T extends QueuedPrompt>(
+  held: readonly T[],
+  ctx: Omit<OrderContext, 'held'>,
+): T | undefined {
+  const full = { ...ctx, held };
+  for (const h of held) if (releaseVerdict(h, full).go) return h;
+  return undefined;
+}
 
-  /** The first held job that may go now, if any. */
-  nextToPromote(now: number): HeldJob | undefined {
-    for (const h of this.held.ordered()) if (this.decide(h, now).go) return h;
-    return undefined;
-  }
-
-  /** Whether `h`, a held long prompt, goes back ahead of the short prompts of its class. */
-  isAged(h: Candidate, now: number): boolean {
-    return h.long && isAged(h.enqueuedAt, this.policy, now);
-  }
-
-  /**
-   * Whether short prompts of class `priority` must wait for the oldest held long prompt of the
-   * same or a higher class: it is past its aging limit and held by something short prompts
-   * would take from it (slots, KV, engine load).
-   */
-  private shortsHeld(priority: number, now: number): boolean {
-    const first = this.held.ordered().find((h) => h.long && h.priority >= priority);
-    if (first === undefined || !isAged(first.enqueuedAt, this.policy, now)) return false;
-    const pick = pickEngineFor(
-      this.engines,
-      'long',
-      first.promptTokens,
-      this.policy,
-      this.gate,
-      now,
-    );
-    return !pick.admit && !shortsMayPass(true, pick.reason);
-  }
+/**
+ * Whether short prompts of class `priority` must wait for the oldest held long prompt of the
+ * same or a higher class: it is past its aging limit, and either it may go now or what holds
+ * it is room that short prompts would take (slots, KV, engine load), not a rule of its own.
+ */
+export function shortsHeld(priority: number, ctx: OrderContext): boolean {
+  const { engines, held, policy, gate, now } = ctx;
+  const first = held.find((h) => h.long && h.priority >= priority);
+  if (first === undefined || !isAged(first.enqueuedAt, policy, now)) return false;
+  const pick = pickEngineFor(engines, 'long', first.promptTokens, policy, gate, now);
+  return pick.admit || !shortsMayPass(true, pick.reason);
 }

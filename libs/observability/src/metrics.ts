@@ -53,7 +53,7 @@ export function gatewayMetrics(registry: Registry) {
       registers,
     }),
     promptTokens: new Histogram({
-      name: 'sluice_prompt_tokens_estimated',
+      name: 'sluice_estimated_prompt_tokens',
       help: "The gateway's estimate of a gated request's prompt tokens, by class (short or long).",
       labelNames: ['model', 'class'],
       buckets: promptTokenBuckets,
