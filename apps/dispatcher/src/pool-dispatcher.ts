@@ -8,11 +8,7 @@
 import {
   bypassTraffic,
   classify,
-  isAged,
-  nextToPromote,
   releaseVerdict,
-  type OrderContext,
-  type WaitReason,
   gateDecision,
   pickEngine,
   smoothRate,
@@ -27,22 +23,21 @@ import {
 } from '@sluice/engine-metrics';
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import {
-  bullPriority,
   encodePoolStats,
   ProtocolError,
   validateJobPayload,
   type JobPayload,
   type KeySpace,
-  type LongPromptStats,
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
-import { HeldJobs, type HeldJob } from './held-jobs.js';
+import { Holding } from './holding.js';
 import {
   emptyCounters,
+  longPromptStats,
   PrefillRate,
   scraped,
   trackRelease,
@@ -106,9 +101,8 @@ export class PoolDispatcher {
     string,
     { job: Job; token: string; work?: ReleasedWork }
   >();
-  private readonly held = new HeldJobs();
+  private readonly holding: Holding;
   private readonly prefillRate = new PrefillRate();
-  private unparking = false;
   private wake: (() => void) | undefined;
   private loopRunning: Promise<void> | undefined;
   private closing = false;
@@ -160,6 +154,24 @@ export class PoolDispatcher {
         now: deps.now,
       }),
     }));
+    this.holding = new Holding({
+      pool: pool.name,
+      queue: this.queue,
+      redis: deps.redis,
+      metrics: deps.metrics,
+      log: deps.log,
+      longPrompts: pool.longPrompts,
+      maxPriority: deps.maxPriority,
+      isLeader: () => this.lease.isLeader,
+      context: (now) => ({
+        engines: this.engines,
+        policy: pool.longPrompts,
+        gate: deps.policy,
+        now,
+      }),
+      changed: () => this.changed(),
+      now: deps.now,
+    });
     for (const engine of this.engines)
       engine.observer.on('change', (state) => this.observed(engine, state));
     for (const e of this.engines)
@@ -219,7 +231,7 @@ export class PoolDispatcher {
     void this.queue
       .setGlobalConcurrency(this.totalCap)
       .catch((err: unknown) => log.error({ err }, 'setGlobalConcurrency failed'));
-    void this.adoptHeld();
+    void this.holding.adopt();
     this.loopRunning ??= this.releaseLoop().finally(() => {
       this.loopRunning = undefined;
     });
@@ -228,16 +240,14 @@ export class PoolDispatcher {
   private onLost(): void {
     this.deps.log.warn({ pool: this.pool.name }, 'lease lost: stopped releasing');
     this.deps.metrics.leader.set({ pool: this.pool.name }, 0);
-    // Held jobs stay in the delayed set: the next leader adopts them.
-    this.held.clear();
-    this.setHeldMetrics();
+    this.holding.forget();
     this.wake?.();
   }
 
   /** Something the gate or the prefill rules read changed: look again. */
   private changed(): void {
     this.wake?.();
-    this.maybeUnpark();
+    this.holding.maybePromote();
   }
 
   /** Resolves when a slot frees or the lease changes. */
@@ -264,7 +274,7 @@ export class PoolDispatcher {
       }
       // A promoted held job is taken even with the gate closed: it is held again at once if
       // it may not go, instead of sitting in the queue ahead of what may.
-      if (!open && this.held.promoted === undefined) {
+      if (!open && this.holding.held.promoted === undefined) {
         await this.waitForWake();
         continue;
       }
@@ -302,7 +312,7 @@ export class PoolDispatcher {
   private place(job: Job, token: string): void {
     const { log, now } = this.deps;
     const jobId = job.id!;
-    if (this.held.remove(jobId)) this.setHeldMetrics();
+    this.holding.taken(jobId);
     let payload: JobPayload;
     try {
       payload = validateJobPayload(job.data);
@@ -325,131 +335,10 @@ export class PoolDispatcher {
       priority: payload.priority,
       enqueuedAt: payload.enqueuedAt,
     };
-    const verdict = releaseVerdict(candidate, this.orderContext(at));
+    const verdict = releaseVerdict(candidate, this.holding.context(at));
     if (verdict.go)
       this.release(job, token, this.engines[verdict.engine]!, payload, candidate.long);
-    else void this.park(job, token, payload, { ...candidate, job }, verdict.reason);
-  }
-
-  private orderContext(now: number): OrderContext {
-    return {
-      engines: this.engines,
-      held: this.held.ordered(),
-      policy: this.pool.longPrompts,
-      gate: this.deps.policy,
-      now,
-    };
-  }
-
-  /** Moves a taken job to the delayed set until it may go (see held-jobs.ts). */
-  private async park(
-    job: Job,
-    token: string,
-    payload: JobPayload,
-    held: HeldJob,
-    reason: WaitReason,
-  ): Promise<void> {
-    const pool = this.pool.name;
-    this.deps.metrics.heldReleases.inc({ pool, reason });
-    try {
-      await job.moveToDelayed(payload.deadline, token);
-    } catch (err) {
-      // Removed by its gateway meanwhile, or the lock was lost: nothing to hold.
-      this.deps.log.warn({ err, pool, jobId: job.id }, 'holding a job back failed');
-      return;
-    }
-    this.held.add(held);
-    this.setHeldMetrics();
-    this.maybeUnpark();
-  }
-
-  /**
-   * Promotes the first held job that may go now back into the queue, one at a time; the
-   * promotion wakes the release loop's blocking take. An aged long prompt goes back ahead of
-   * the short prompts of its class.
-   */
-  private maybeUnpark(): void {
-    if (this.unparking || this.held.promoted !== undefined || !this.lease.isLeader) return;
-    const now = this.deps.now();
-    const { held, ...ctx } = this.orderContext(now);
-    const next = nextToPromote(held as readonly HeldJob[], ctx);
-    if (next)
-      void this.unpark(next, next.long && isAged(next.enqueuedAt, this.pool.longPrompts, now));
-  }
-
-  private async unpark(h: HeldJob, aged: boolean): Promise<void> {
-    this.unparking = true;
-    this.held.promoted = h.id;
-    try {
-      if (aged)
-        await h.job.changePriority({
-          priority: bullPriority(h.priority, this.deps.maxPriority, 'aged'),
-        });
-      await h.job.promote();
-    } catch {
-      // No longer delayed: its client went and the gateway removed it, or BullMQ moved it
-      // back at its deadline (the loop then takes and skips it).
-      this.held.remove(h.id);
-      this.setHeldMetrics();
-    } finally {
-      this.unparking = false;
-    }
-    this.changed();
-  }
-
-  /** A new leader takes over the jobs its predecessor held back. */
-  private async adoptHeld(): Promise<void> {
-    let jobs: Job[];
-    try {
-      jobs = await this.queue.getDelayed();
-    } catch (err) {
-      this.deps.log.warn({ err, pool: this.pool.name }, 'reading held jobs failed');
-      return;
-    }
-    for (const job of jobs) {
-      if (!job?.id) continue;
-      let payload: JobPayload;
-      try {
-        payload = validateJobPayload(job.data);
-      } catch {
-        continue; // taken, checked and failed when BullMQ moves it back at its deadline
-      }
-      const tokens = payload.promptTokens ?? 0;
-      this.held.add({
-        id: job.id,
-        job,
-        promptTokens: tokens,
-        long: classify(tokens, this.pool.longPrompts) === 'long',
-        priority: payload.priority,
-        enqueuedAt: payload.enqueuedAt,
-      });
-    }
-    if (jobs.length > 0)
-      this.deps.log.info({ pool: this.pool.name, held: this.held.size }, 'adopted held jobs');
-    this.setHeldMetrics();
-    this.changed();
-  }
-
-  /** Drops held jobs that no longer exist (removed by their gateway when the client went). */
-  private async pruneHeld(): Promise<void> {
-    const held = this.held.ordered().slice();
-    if (held.length === 0) return;
-    const pipeline = this.deps.redis.pipeline();
-    for (const h of held) pipeline.exists(this.queue.toKey(h.id));
-    const results = (await pipeline.exec()) ?? [];
-    let pruned = false;
-    held.forEach((h, i) => {
-      const [err, exists] = results[i] ?? [];
-      if (!err && exists === 0) pruned = this.held.remove(h.id) !== undefined || pruned;
-    });
-    if (pruned) {
-      this.setHeldMetrics();
-      this.changed();
-    }
-  }
-
-  private setHeldMetrics(): void {
-    this.deps.metrics.longHeld.set({ pool: this.pool.name }, this.held.longTokens().count);
+    else void this.holding.hold(job, token, payload, { ...candidate, job }, verdict.reason);
   }
 
   /** Counts the job in flight at once, then checks and runs it without blocking the loop. */
@@ -660,29 +549,6 @@ export class PoolDispatcher {
     });
   }
 
-  /** What the gateways need to estimate a new long prompt's wait (honest waiting). */
-  private longStats(now: number): LongPromptStats {
-    const held = this.held.longTokens();
-    let inPrefill = 0;
-    let prefillRemainingTokens = 0;
-    for (const { work } of this.inflightJobs.values())
-      if (work?.inPrefill) {
-        inPrefill += 1;
-        prefillRemainingTokens += work.remainingTokens(now);
-      }
-    const longEngines = this.engines.filter((e) => e.lane !== 'short').length;
-    return {
-      held: held.count,
-      heldTokens: held.tokens,
-      inPrefill,
-      prefillRemainingTokens: Math.round(prefillRemainingTokens),
-      ...(this.prefillRate.value === undefined
-        ? {}
-        : { prefillTokensPerSecond: this.prefillRate.value }),
-      parallelPrefills: longEngines * this.pool.longPrompts.maxInPrefill,
-    };
-  }
-
   private async publishStats(): Promise<void> {
     const { redis, keys, now, metrics } = this.deps;
     const at = now();
@@ -699,7 +565,7 @@ export class PoolDispatcher {
       };
       for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
       if (!this.lease.isLeader) return;
-      await this.pruneHeld();
+      await this.holding.prune();
       this.drainPerSecond = smoothRate(
         this.drainPerSecond,
         this.releasedSinceStats,
@@ -713,7 +579,15 @@ export class PoolDispatcher {
         drainPerSecond: this.drainPerSecond,
         queue,
         loadState: this.load.profile,
-        longs: this.longStats(at),
+        longs: longPromptStats({
+          held: this.holding.held.longTokens(),
+          released: [...this.inflightJobs.values()].map((j) => j.work),
+          rate: this.prefillRate,
+          parallelPrefills:
+            this.engines.filter((e) => e.lane !== 'short').length *
+            this.pool.longPrompts.maxInPrefill,
+          now: at,
+        }),
         engines: this.engines.map((e) => {
           const decision = gateDecision(e, this.deps.policy, at);
           return {

@@ -7,6 +7,7 @@
 // has no such signal: it counts as in prefill until its estimated prefill time (tokens / the
 // rate measured on streams) has passed, or until it completes when no rate is measured yet.
 import type { PrefillView } from '@sluice/admission';
+import type { LongPromptStats } from '@sluice/protocol';
 
 /** The per-engine counters a `PrefillView` carries, kept by this module. */
 export type PrefillCounters = Pick<
@@ -134,5 +135,31 @@ export function trackRelease(
       if (rate.value === undefined) return promptTokens;
       return Math.max(0, promptTokens - (rate.value * (now - releasedAt)) / 1000);
     },
+  };
+}
+
+/** What the gateways need to estimate a new long prompt's wait (honest waiting). */
+export function longPromptStats(opts: {
+  held: { count: number; tokens: number };
+  released: Iterable<ReleasedWork | undefined>;
+  rate: PrefillRate;
+  /** Long prompts the pool prefills at once. */
+  parallelPrefills: number;
+  now: number;
+}): LongPromptStats {
+  let inPrefill = 0;
+  let remaining = 0;
+  for (const work of opts.released)
+    if (work?.inPrefill) {
+      inPrefill += 1;
+      remaining += work.remainingTokens(opts.now);
+    }
+  return {
+    held: opts.held.count,
+    heldTokens: opts.held.tokens,
+    inPrefill,
+    prefillRemainingTokens: Math.round(remaining),
+    ...(opts.rate.value === undefined ? {} : { prefillTokensPerSecond: opts.rate.value }),
+    parallelPrefills: opts.parallelPrefills,
   };
 }

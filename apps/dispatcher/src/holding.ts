@@ -1,0 +1,167 @@
+// The mechanics of holding jobs back (the why is in held-jobs.ts, the choosing in
+// `@sluice/admission`'s release order): moving a job to the delayed set and back, adopting a
+// predecessor's held jobs, and dropping the ones whose client went.
+import {
+  classify,
+  isAged,
+  nextToPromote,
+  type OrderContext,
+  type WaitReason,
+} from '@sluice/admission';
+import type { LongPromptConfig } from '@sluice/config';
+import type { DispatcherMetrics } from '@sluice/observability';
+import { bullPriority, validateJobPayload, type JobPayload } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { Job, Queue } from 'bullmq';
+import { HeldJobs, type HeldJob } from './held-jobs.js';
+
+export interface HoldingDeps {
+  pool: string;
+  queue: Queue;
+  /** Command connection (existence checks). */
+  redis: Redis;
+  metrics: DispatcherMetrics;
+  log: { info(o: object, m: string): void; warn(o: object, m: string): void };
+  longPrompts: LongPromptConfig;
+  /** SLUICE_MAX_PRIORITY, for a promoted job's BullMQ priority. */
+  maxPriority: number;
+  isLeader: () => boolean;
+  /** The engines and policies the release order reads, at `now`. */
+  context: (now: number) => Omit<OrderContext, 'held'>;
+  /** The held set changed: the release loop and the gate may look again. */
+  changed: () => void;
+  now: () => number;
+}
+
+export class Holding {
+  readonly held = new HeldJobs();
+  private promoting = false;
+
+  constructor(private readonly deps: HoldingDeps) {}
+
+  /** The release order's view, held jobs included. */
+  context(now: number): OrderContext {
+    return { ...this.deps.context(now), held: this.held.ordered() };
+  }
+
+  /** A job the loop took back (after a promotion, or BullMQ's own move at its deadline). */
+  taken(jobId: string): void {
+    if (this.held.remove(jobId)) this.setMetrics();
+  }
+
+  /** The leadership ended: the jobs stay in the delayed set for the next leader to adopt. */
+  forget(): void {
+    this.held.clear();
+    this.setMetrics();
+  }
+
+  /** Moves a taken job to the delayed set until it may go (see held-jobs.ts). */
+  async hold(
+    job: Job,
+    token: string,
+    payload: JobPayload,
+    held: HeldJob,
+    reason: WaitReason,
+  ): Promise<void> {
+    const pool = this.deps.pool;
+    this.deps.metrics.heldReleases.inc({ pool, reason });
+    try {
+      await job.moveToDelayed(payload.deadline, token);
+    } catch (err) {
+      // Removed by its gateway meanwhile, or the lock was lost: nothing to hold.
+      this.deps.log.warn({ err, pool, jobId: job.id }, 'holding a job back failed');
+      return;
+    }
+    this.held.add(held);
+    this.setMetrics();
+    this.maybePromote();
+  }
+
+  /**
+   * Promotes the first held job that may go now back into the queue, one at a time; the
+   * promotion wakes the release loop's blocking take. An aged long prompt goes back ahead of
+   * the short prompts of its class.
+   */
+  maybePromote(): void {
+    if (this.promoting || this.held.promoted !== undefined || !this.deps.isLeader()) return;
+    const now = this.deps.now();
+    const next = nextToPromote(this.held.ordered(), this.deps.context(now));
+    if (next)
+      void this.promote(next, next.long && isAged(next.enqueuedAt, this.deps.longPrompts, now));
+  }
+
+  private async promote(h: HeldJob, aged: boolean): Promise<void> {
+    this.promoting = true;
+    this.held.promoted = h.id;
+    try {
+      if (aged)
+        await h.job.changePriority({
+          priority: bullPriority(h.priority, this.deps.maxPriority, 'aged'),
+        });
+      await h.job.promote();
+    } catch {
+      // No longer delayed: its client went and the gateway removed it, or BullMQ moved it
+      // back at its deadline (the loop then takes and skips it).
+      this.held.remove(h.id);
+      this.setMetrics();
+    } finally {
+      this.promoting = false;
+    }
+    this.deps.changed();
+  }
+
+  /** A new leader takes over the jobs its predecessor held back. */
+  async adopt(): Promise<void> {
+    let jobs: Job[];
+    try {
+      jobs = await this.deps.queue.getDelayed();
+    } catch (err) {
+      this.deps.log.warn({ err, pool: this.deps.pool }, 'reading held jobs failed');
+      return;
+    }
+    for (const job of jobs) {
+      if (!job?.id) continue;
+      let payload: JobPayload;
+      try {
+        payload = validateJobPayload(job.data);
+      } catch {
+        continue; // taken, checked and failed when BullMQ moves it back at its deadline
+      }
+      const tokens = payload.promptTokens ?? 0;
+      this.held.add({
+        id: job.id,
+        job,
+        promptTokens: tokens,
+        long: classify(tokens, this.deps.longPrompts) === 'long',
+        priority: payload.priority,
+        enqueuedAt: payload.enqueuedAt,
+      });
+    }
+    if (jobs.length > 0)
+      this.deps.log.info({ pool: this.deps.pool, held: this.held.size }, 'adopted held jobs');
+    this.setMetrics();
+    this.deps.changed();
+  }
+
+  /** Drops held jobs that no longer exist (removed by their gateway when the client went). */
+  async prune(): Promise<void> {
+    const held = this.held.ordered().slice();
+    if (held.length === 0) return;
+    const pipeline = this.deps.redis.pipeline();
+    for (const h of held) pipeline.exists(this.deps.queue.toKey(h.id));
+    const results = (await pipeline.exec()) ?? [];
+    let pruned = false;
+    held.forEach((h, i) => {
+      const [err, exists] = results[i] ?? [];
+      if (!err && exists === 0) pruned = this.held.remove(h.id) !== undefined || pruned;
+    });
+    if (pruned) {
+      this.setMetrics();
+      this.deps.changed();
+    }
+  }
+
+  private setMetrics(): void {
+    this.deps.metrics.longHeld.set({ pool: this.deps.pool }, this.held.longTokens().count);
+  }
+}

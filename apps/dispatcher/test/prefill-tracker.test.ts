@@ -1,0 +1,138 @@
+// Per-engine accounting of released work for the prefill rules.
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import {
+  emptyCounters,
+  longPromptStats,
+  PrefillRate,
+  scraped,
+  trackRelease,
+} from '../src/prefill-tracker.ts';
+
+afterEach(() => vi.useRealTimers());
+
+describe('prefill tracker', () => {
+  it('counts a streaming long prompt in prefill until its first byte, and measures the rate there', () => {
+    const c = emptyCounters();
+    const rate = new PrefillRate();
+    const changed = vi.fn();
+    const work = trackRelease(c, {
+      long: true,
+      promptTokens: 65_536,
+      stream: true,
+      releasedAt: 0,
+      rate,
+      changed,
+    });
+    expect(c).toMatchObject({ longInflight: 1, longInPrefill: 1, kvPendingTokens: 65_536 });
+    expect(work.remainingTokens(10_000)).toBe(65_536); // no rate measured yet
+    work.firstByte(128_000);
+    expect(rate.value).toBe(512);
+    expect(c).toMatchObject({ longInflight: 1, longInPrefill: 0, kvPendingTokens: 65_536 });
+    expect(changed).toHaveBeenCalledTimes(1);
+    // The next scrape shows the whole prompt in the engine's KV usage.
+    scraped(c, 152_432);
+    expect(c).toMatchObject({ kvPendingTokens: 0, kvCapacityTokens: 152_432 });
+    work.finished();
+    work.finished(); // once only
+    expect(c).toMatchObject({ longInflight: 0, longInPrefill: 0 });
+    expect(changed).toHaveBeenCalledTimes(2);
+  });
+
+  it('counts a short prompt as KV pending until the next scrape, never as a long prompt', () => {
+    const c = emptyCounters();
+    const work = trackRelease(c, {
+      long: false,
+      promptTokens: 300,
+      stream: true,
+      releasedAt: 0,
+      rate: new PrefillRate(),
+      changed: () => {},
+    });
+    expect(c).toMatchObject({ longInflight: 0, longInPrefill: 0, kvPendingTokens: 300 });
+    expect(work.inPrefill).toBe(false);
+    scraped(c, undefined);
+    expect(c.kvPendingTokens).toBe(0);
+    expect(c).not.toHaveProperty('kvCapacityTokens');
+  });
+
+  it('ends the prefill of a non-streaming long prompt at its estimated prefill time once a rate is known', () => {
+    vi.useFakeTimers();
+    const c = emptyCounters();
+    const rate = new PrefillRate();
+    rate.sample(1000, 2); // 500 tokens per second
+    const changed = vi.fn();
+    const work = trackRelease(c, {
+      long: true,
+      promptTokens: 10_000,
+      stream: false,
+      releasedAt: 0,
+      rate,
+      changed,
+    });
+    expect(work.remainingTokens(4_000)).toBe(8_000);
+    vi.advanceTimersByTime(19_999);
+    expect(c.longInPrefill).toBe(1);
+    vi.advanceTimersByTime(1);
+    expect(c.longInPrefill).toBe(0);
+    expect(changed).toHaveBeenCalledTimes(1);
+    // A non-streaming answer's end is no prefill measurement.
+    expect(rate.value).toBe(500);
+  });
+
+  it('without a measured rate, a non-streaming long prompt stays in prefill until it completes', () => {
+    vi.useFakeTimers();
+    const c = emptyCounters();
+    const work = trackRelease(c, {
+      long: true,
+      promptTokens: 10_000,
+      stream: false,
+      releasedAt: 0,
+      rate: new PrefillRate(),
+      changed: () => {},
+    });
+    vi.advanceTimersByTime(3_600_000);
+    expect(c.longInPrefill).toBe(1);
+    work.finished();
+    expect(c.longInPrefill).toBe(0);
+  });
+
+  it('smooths the rate and ignores impossible samples', () => {
+    const rate = new PrefillRate(0.5);
+    rate.sample(1000, 0);
+    rate.sample(-5, 1);
+    expect(rate.value).toBeUndefined();
+    rate.sample(1000, 1);
+    rate.sample(3000, 1);
+    expect(rate.value).toBe(2000);
+  });
+
+  it('publishes the held tokens and the prefill the released long prompts likely have left', () => {
+    const c = emptyCounters();
+    const rate = new PrefillRate();
+    rate.sample(500, 1);
+    const work = trackRelease(c, {
+      long: true,
+      promptTokens: 20_000,
+      stream: true,
+      releasedAt: 0,
+      rate,
+      changed: () => {},
+    });
+    expect(
+      longPromptStats({
+        held: { count: 2, tokens: 30_000 },
+        released: [work, undefined],
+        rate,
+        parallelPrefills: 1,
+        now: 10_000,
+      }),
+    ).toEqual({
+      held: 2,
+      heldTokens: 30_000,
+      inPrefill: 1,
+      prefillRemainingTokens: 15_000,
+      prefillTokensPerSecond: 500,
+      parallelPrefills: 1,
+    });
+  });
+});
