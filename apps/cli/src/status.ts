@@ -19,8 +19,19 @@ export function formatStatus(
     lines.push(
       `pool ${pool}  leader ${stats.leader}  drain ${stats.drainPerSecond.toFixed(2)}/s` +
         (stats.loadState ? `  load ${stats.loadState}` : '') +
-        (q ? `  queue: wait ${q.wait} prioritized ${q.prioritized} active ${q.active}` : ''),
+        (q
+          ? `  queue: wait ${q.wait} prioritized ${q.prioritized} active ${q.active}` +
+            (q.delayed === undefined ? '' : ` held ${q.delayed}`)
+          : ''),
     );
+    const longs = stats.longs;
+    if (longs && (longs.held > 0 || longs.inPrefill > 0 || longs.prefillTokensPerSecond))
+      lines.push(
+        `  long prompts: ${longs.held} held (${longs.heldTokens} tokens), ${longs.inPrefill} in prefill` +
+          (longs.prefillTokensPerSecond === undefined
+            ? ''
+            : `, prefill ${Math.round(longs.prefillTokensPerSecond)} tok/s`),
+      );
     for (const e of stats.engines) {
       const gate =
         e.open === undefined

@@ -52,6 +52,39 @@ describe('sluice status output', () => {
     );
   });
 
+  it('shows the jobs held back and the long prompts in prefill', () => {
+    const text = formatStatus(
+      [
+        {
+          pool: 'p',
+          stats: {
+            leader: 'd1',
+            at: 0,
+            drainPerSecond: 0.25,
+            queue: { wait: 0, prioritized: 1, active: 2, delayed: 3 },
+            longs: {
+              held: 3,
+              heldTokens: 98_304,
+              inPrefill: 1,
+              prefillRemainingTokens: 40_000,
+              prefillTokensPerSecond: 301.7,
+              parallelPrefills: 1,
+            },
+            engines: [],
+          },
+        },
+      ],
+      0,
+    );
+    expect(text).toBe(
+      [
+        'pool p  leader d1  drain 0.25/s  queue: wait 0 prioritized 1 active 2 held 3',
+        '  long prompts: 3 held (98304 tokens), 1 in prefill, prefill 302 tok/s',
+        '',
+      ].join('\n'),
+    );
+  });
+
   it('says so when no dispatcher has published anything', () => {
     expect(formatStatus([], 0)).toMatch(/^no pools/);
   });
