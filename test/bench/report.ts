@@ -315,6 +315,8 @@ export function renderReport(stored: StoredResult[], machine: Machine): string {
     );
     const comparison = comparisonTable(result.figures);
     if (comparison) out.push(comparison, '');
+    if (result.findings && result.findings.length > 0)
+      out.push(...result.findings.map((f) => `- ${f}`), '');
     out.push(result.figures.length === 0 ? 'No figures.' : figuresTable(result.figures), '');
     if (result.bottleneck) out.push(`**Bottleneck found.** ${result.bottleneck}`, '');
     for (const t of result.tables ?? []) out.push(`${t.title}:`, '', table(t.head, t.rows), '');
@@ -327,11 +329,14 @@ export function renderReport(stored: StoredResult[], machine: Machine): string {
   return `${out.join('\n').trimEnd()}\n`;
 }
 
-/** Measures of the incident shown in the summary, one row per setup. */
+/** Measures of the incident shown in the summary, one row per setup (and engine flag set). */
 const INCIDENT_HEADLINE = [
   'peak engine running + waiting',
   'short-request TTFT p50',
   'short-request TTFT p99',
+  'short TTFT p99, times better than direct',
+  'median long prompt done',
+  'last long prompt done',
   'refusals',
   'total completion time',
 ];
@@ -368,8 +373,11 @@ export function renderSummary(stored: StoredResult[], machine: Machine): string 
       out.push(`**Bottleneck (${result.scenario}).** ${result.bottleneck}`, '');
   const incident = stored.find((s) => s.result.scenario === 'incident')?.result;
   const matrix = incident && comparisonTable(incident.figures, INCIDENT_HEADLINE);
-  if (incident && matrix)
+  if (incident && matrix) {
     out.push(`## ${incident.title}`, '', 'Times in simulated seconds.', '', matrix, '');
+    if (incident.findings && incident.findings.length > 0)
+      out.push(...incident.findings.map((f) => `- ${f}`), '');
+  }
   if (stored.length === 0) out.push('No results yet.', '');
   return `${out.join('\n').trimEnd()}\n`;
 }

@@ -35,6 +35,11 @@ export interface ScenarioResult {
   tables?: { title: string; head: string[]; rows: string[][] }[];
   /** Where a goal was missed: what limits it, as measured (shown in the summary too). */
   bottleneck?: string;
+  /**
+   * The headline in words, a sentence each (a goal's verdict with its ratio, and why where it
+   * was missed): listed under the comparison table in the report, and in the summary.
+   */
+  findings?: string[];
 }
 
 export const resultsDir = join(repoRoot, 'bench', 'results');

@@ -181,6 +181,19 @@ describe('report markdown', () => {
     expect(renderSummary(stored, machine)).not.toContain('Bottleneck');
   });
 
+  it('lists the findings under the comparison, in the report and the summary', () => {
+    const withFindings: StoredResult[] = [
+      { result: { ...incident, findings: ['Goal: **MET**, 6.2x.'] }, writtenAt: machine.date },
+    ];
+    expect(renderReport(withFindings, machine)).toContain(
+      '| Sluice | 4 (met) | 271.5 |\n\n- Goal: **MET**, 6.2x.\n',
+    );
+    expect(renderSummary(withFindings, machine)).toContain(
+      '| Sluice | 4 (met) | 271.5 |\n\n- Goal: **MET**, 6.2x.\n',
+    );
+    expect(renderSummary(stored, machine)).not.toContain('- Goal');
+  });
+
   it('formats values for tables', () => {
     expect(formatValue(12345)).toBe('12,345');
     expect(formatValue(1.23456)).toBe('1.23');
