@@ -40,8 +40,9 @@ import { round, summarize, writeResult, type Figure, type Series } from './resul
 import { startSemaphoreProxy, type SemaphoreProxy } from './semaphore-proxy.ts';
 
 /**
- * Simulated seconds per wall-clock second. 15 keeps the six runs (850 to 1,100 simulated s
- * each, with the prefill cost that grows with context) near six minutes of wall clock.
+ * Simulated seconds per wall-clock second. 15 keeps the six runs (1,000 to 1,150 simulated s
+ * each, with the prefill cost that grows with context) under eight minutes of wall clock on
+ * two cores (460 s measured: 68 to 70 s per direct or semaphore run, 80 and 101 s for Sluice).
  */
 const timeScale = Number(process.env['BENCH_INCIDENT_TIME_SCALE'] ?? '15');
 const CAP = 4;
