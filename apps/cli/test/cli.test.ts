@@ -83,6 +83,8 @@ describe('sluice command', () => {
         VLLM_URL: '',
       },
       ready: /^try: curl/,
+      // Six processes start one after another: a ceiling for a loaded machine, not a speed.
+      timeoutMs: 50_000,
     });
     let gateways: string[] = [];
     try {
@@ -134,5 +136,5 @@ describe('sluice command', () => {
     }
     await expect(fetch(`http://127.0.0.1:${enginePort}/health`)).rejects.toThrow();
     await expect(fetch(`${gateways[0]}/healthz`)).rejects.toThrow();
-  });
+  }, 120_000);
 });

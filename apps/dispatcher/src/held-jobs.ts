@@ -3,12 +3,12 @@
 // them can pass, without leaving the queue's bookkeeping.
 //
 // BullMQ hands out jobs only in its own order (priority, then FIFO), so a job that must wait
-// while others pass is moved to the queue's delayed set (`moveToDelayed`), scheduled for its
-// deadline. There it is no longer active (the global-concurrency backstop counts only work
+// while others pass is moved to the queue's delayed set (`moveToDelayed`), scheduled a little
+// past its deadline. There it is no longer active (the global-concurrency backstop counts only work
 // on the engines), the gateways still count it against the queue bound and can still remove
 // it when its client goes, and should this leader die, its successor finds it there
-// (`adopt`), or BullMQ itself moves it back to the queue at its deadline, where the next
-// leader skips it as past its deadline. When one may go, it is promoted back into the queue
+// (`adopt`), or BullMQ itself moves it back to the queue after its deadline, where the next
+// leader expires it. When one may go, it is promoted back into the queue
 // (after the short prompts of its class, or before them once aged) and the release loop,
 // woken by the promotion, takes it like any other job.
 import { comesBefore, type QueuedPrompt } from '@sluice/admission';

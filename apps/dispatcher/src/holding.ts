@@ -15,6 +15,9 @@ import type { Redis } from '@sluice/redis';
 import type { Job, Queue } from 'bullmq';
 import { HeldJobs, type HeldJob } from './held-jobs.js';
 
+/** How long after its deadline BullMQ moves a held job back into the queue by itself. */
+const HELD_GRACE_MS = 5000;
+
 export interface HoldingDeps {
   pool: string;
   queue: Queue;
@@ -66,7 +69,9 @@ export class Holding {
     const pool = this.deps.pool;
     this.deps.metrics.heldReleases.inc({ pool, reason });
     try {
-      await job.moveToDelayed(payload.deadline, token);
+      // Back in the queue on its own some time after its deadline, by when its gateway has
+      // answered and removed it: only a job whose gateway died is taken (and expired) then.
+      await job.moveToDelayed(payload.deadline + HELD_GRACE_MS, token);
     } catch (err) {
       // Removed by its gateway meanwhile, or the lock was lost: nothing to hold.
       this.deps.log.warn({ err, pool, jobId: job.id }, 'holding a job back failed');

@@ -40,6 +40,7 @@ import {
   longPromptStats,
   PrefillRate,
   scraped,
+  settlePending,
   trackRelease,
   type PrefillCounters,
   type ReleasedWork,
@@ -90,6 +91,8 @@ interface EngineSlot extends PrefillView, PrefillCounters {
    * engine and bypass traffic is never underestimated (it errs toward holding back).
    */
   inflightFloor: number;
+  /** The engine's prefill histogram sums at the previous scrape. */
+  prefillTotals?: { promptTokens: number; seconds: number } | undefined;
 }
 
 export class PoolDispatcher {
@@ -130,7 +133,9 @@ export class PoolDispatcher {
       lockDuration: leaseTtlMs,
       stalledInterval: Math.max(500, Math.floor(leaseTtlMs / 5)),
       maxStalledCount: 0,
-      drainDelay: 5,
+      // The longest a blocked take sleeps when no marker wakes it (a job added or promoted
+      // while BullMQ counted the queue as full, e.g. during a hold in flight).
+      drainDelay: 1,
     });
     this.worker.on('error', (err) =>
       deps.log.error({ err, pool: pool.name }, 'bullmq worker error'),
@@ -163,12 +168,10 @@ export class PoolDispatcher {
       longPrompts: pool.longPrompts,
       maxPriority: deps.maxPriority,
       isLeader: () => this.lease.isLeader,
-      context: (now) => ({
-        engines: this.engines,
-        policy: pool.longPrompts,
-        gate: deps.policy,
-        now,
-      }),
+      context: (now) => {
+        for (const engine of this.engines) settlePending(engine, now);
+        return { engines: this.engines, policy: pool.longPrompts, gate: deps.policy, now };
+      },
       changed: () => this.changed(),
       now: deps.now,
     });
@@ -272,9 +275,11 @@ export class PoolDispatcher {
         if (!open) metrics.gateClosed.inc({ ...poolLabel, reason: this.closedReason() });
         gateWasOpen = open;
       }
-      // A promoted held job is taken even with the gate closed: it is held again at once if
-      // it may not go, instead of sitting in the queue ahead of what may.
-      if (!open && this.holding.held.promoted === undefined) {
+      // Never take with the gate closed, a promoted held job included: BullMQ's global
+      // concurrency would be reached too, and a slot freed by a completion adds no marker to
+      // wake a blocked take (moveToFinished without fetchNext), so the take would sleep a
+      // whole drainDelay. A promoted job waits at the head of the queue for the gate.
+      if (!open) {
         await this.waitForWake();
         continue;
       }
@@ -308,6 +313,23 @@ export class PoolDispatcher {
     );
   }
 
+  /**
+   * A job taken past its deadline. Its gateway answers `503 park_timeout` at the deadline when
+   * it can still remove the job from the queue; when this dispatcher took it at that very
+   * moment, it cannot, and waits for a frame: this one.
+   */
+  private expire(job: Job, token: string, payload: JobPayload): Promise<void> {
+    const { hub, keys } = this.deps;
+    const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
+    relay.error({
+      status: 503,
+      code: 'park_timeout',
+      message: `no capacity within ${Math.round(this.pool.maxParkSeconds)} s; retry later`,
+    });
+    hub.close(relay);
+    return this.discard(job, token, 'past_deadline');
+  }
+
   /** Releases a job just taken, or holds it back when the release order says it must wait. */
   private place(job: Job, token: string): void {
     const { log, now } = this.deps;
@@ -326,7 +348,7 @@ export class PoolDispatcher {
     // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
     if (job.deferredFailure) return void this.discard(job, token, 'stalled');
     const at = now();
-    if (payload.deadline < at) return void this.discard(job, token, 'past_deadline');
+    if (payload.deadline < at) return void this.expire(job, token, payload);
     const promptTokens = payload.promptTokens ?? 0;
     const candidate = {
       id: jobId,
@@ -361,8 +383,8 @@ export class PoolDispatcher {
       changed: () => {
         metrics.longInflight.set(labels, engine.longInflight);
         metrics.longInPrefill.set(labels, engine.longInPrefill);
-        if (this.prefillRate.value !== undefined)
-          metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.value);
+        if (this.prefillRate.current !== undefined)
+          metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.current);
         this.changed();
       },
     });
@@ -489,6 +511,7 @@ export class PoolDispatcher {
       };
       engine.inflightFloor = engine.inflight;
       scraped(engine, state.vllm.kvCapacityTokens);
+      this.samplePrefillRate(engine, state.vllm.prefillTotals);
       metrics.engineRunning.set(labels, state.vllm.running);
       metrics.engineWaiting.set(labels, state.vllm.waiting);
       metrics.engineKvUsage.set(labels, state.vllm.kvUsage);
@@ -514,6 +537,22 @@ export class PoolDispatcher {
         );
     }
     this.changed();
+  }
+
+  /** The engine's own prefill rate since the previous scrape (see PrefillRate). */
+  private samplePrefillRate(
+    engine: EngineSlot,
+    totals: { promptTokens: number; seconds: number } | undefined,
+  ): void {
+    const previous = engine.prefillTotals;
+    engine.prefillTotals = totals;
+    if (!totals || !previous) return;
+    this.prefillRate.sampleEngine(
+      totals.promptTokens - previous.promptTokens,
+      totals.seconds - previous.seconds,
+    );
+    if (this.prefillRate.current !== undefined)
+      this.deps.metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.current);
   }
 
   /** The cap follows the engine's own --max-num-seqs where the engine exports it. */

@@ -5,7 +5,7 @@
 // response's head at once and its first bytes with the first token (the simulator does the
 // same), so for a stream the first body byte is the end of the prefill. A non-streaming answer
 // has no such signal: it counts as in prefill until its estimated prefill time (tokens / the
-// rate measured on streams) has passed, or until it completes when no rate is measured yet.
+// measured rate, see PrefillRate) has passed, or until it completes while no rate is known.
 import type { PrefillView } from '@sluice/admission';
 import type { LongPromptStats } from '@sluice/protocol';
 
@@ -14,9 +14,9 @@ export type PrefillCounters = Pick<
   PrefillView,
   'longInflight' | 'longInPrefill' | 'kvPendingTokens' | 'kvCapacityTokens'
 > & {
-  /** Estimated prompt tokens of long prompts in prefill (part of `kvPendingTokens`). */
-  prefillTokens: number;
-  /** Tokens released since the last scrape that are not in `prefillTokens`. */
+  /** Long prompts in prefill: the part of their prompt not prefilled yet is KV to come. */
+  prefilling: Set<ReleasedWork>;
+  /** Tokens released since the last scrape, long prompts' once their prefill ended. */
   sinceScrapeTokens: number;
 };
 
@@ -25,13 +25,21 @@ export function emptyCounters(): PrefillCounters {
     longInflight: 0,
     longInPrefill: 0,
     kvPendingTokens: 0,
-    prefillTokens: 0,
+    prefilling: new Set(),
     sinceScrapeTokens: 0,
   };
 }
 
-function settle(c: PrefillCounters): void {
-  c.kvPendingTokens = c.prefillTokens + c.sinceScrapeTokens;
+/**
+ * Brings `kvPendingTokens` up to `now`: what was released since the last scrape, plus what the
+ * long prompts in prefill have likely not prefilled yet (their whole prompt while no rate is
+ * measured: vLLM allocates a prompt's blocks chunk by chunk, so the gauge shows only the part
+ * done). Call before the prefill rules read the engine.
+ */
+export function settlePending(c: PrefillCounters, now: number): void {
+  let pending = c.sinceScrapeTokens;
+  for (const work of c.prefilling) pending += work.remainingTokens(now);
+  c.kvPendingTokens = pending;
 }
 
 /** A new scrape: what was released before it is in its gauges now. */
@@ -39,19 +47,40 @@ export function scraped(c: PrefillCounters, kvCapacityTokens: number | undefined
   c.sinceScrapeTokens = 0;
   if (kvCapacityTokens === undefined) delete c.kvCapacityTokens;
   else c.kvCapacityTokens = kvCapacityTokens;
-  settle(c);
 }
 
-/** Smoothed long-prompt prefill rate, tokens per second. */
+/**
+ * Smoothed prefill rate, tokens per second. Two sources: long prompts streamed through this
+ * dispatcher (release to first byte: exactly what "in prefill" means here), and, until one has
+ * been, the engines' own finished requests (the growth of `vllm:request_prompt_tokens_sum`
+ * over that of `vllm:request_prefill_time_seconds_sum` between scrapes; short requests weigh
+ * in too, which makes it err slow, i.e. toward holding long prompts back).
+ */
 export class PrefillRate {
+  /** From long prompts streamed through this dispatcher. */
   value: number | undefined;
+  /** From the engines' own histograms. */
+  engineValue: number | undefined;
 
   constructor(private readonly alpha = 0.3) {}
 
+  /** The rate the rules use: the streamed measurement, else the engines'. */
+  get current(): number | undefined {
+    return this.value ?? this.engineValue;
+  }
+
   sample(tokens: number, seconds: number): void {
-    if (!(tokens > 0) || !(seconds > 0)) return;
+    this.value = this.blend(this.value, tokens, seconds);
+  }
+
+  sampleEngine(tokens: number, seconds: number): void {
+    this.engineValue = this.blend(this.engineValue, tokens, seconds);
+  }
+
+  private blend(previous: number | undefined, tokens: number, seconds: number) {
+    if (!(tokens > 0) || !(seconds > 0)) return previous;
     const rate = tokens / seconds;
-    this.value = this.value === undefined ? rate : this.value + this.alpha * (rate - this.value);
+    return previous === undefined ? rate : previous + this.alpha * (rate - previous);
   }
 }
 
@@ -85,35 +114,19 @@ export function trackRelease(
   let inPrefill = long;
   let done = false;
   let timer: NodeJS.Timeout | undefined;
-  if (long) {
-    c.longInflight += 1;
-    c.longInPrefill += 1;
-    c.prefillTokens += promptTokens;
-    if (!stream && rate.value !== undefined)
-      timer = setTimeout(
-        () => {
-          if (leavePrefill()) changed();
-        },
-        (promptTokens / rate.value) * 1000,
-      ).unref();
-  } else {
-    c.sinceScrapeTokens += promptTokens;
-  }
-  settle(c);
 
   function leavePrefill(): boolean {
     if (!inPrefill) return false;
     inPrefill = false;
     if (timer) clearTimeout(timer);
     c.longInPrefill -= 1;
-    c.prefillTokens -= promptTokens;
+    c.prefilling.delete(work);
     // The engine now holds the whole prompt; the next scrape shows it.
     c.sinceScrapeTokens += promptTokens;
-    settle(c);
     return true;
   }
 
-  return {
+  const work: ReleasedWork = {
     long,
     get inPrefill() {
       return inPrefill;
@@ -132,10 +145,28 @@ export function trackRelease(
     },
     remainingTokens(now) {
       if (!inPrefill) return 0;
-      if (rate.value === undefined) return promptTokens;
-      return Math.max(0, promptTokens - (rate.value * (now - releasedAt)) / 1000);
+      const perSecond = rate.current;
+      if (perSecond === undefined) return promptTokens;
+      return Math.max(0, promptTokens - (perSecond * (now - releasedAt)) / 1000);
     },
   };
+
+  if (long) {
+    c.longInflight += 1;
+    c.longInPrefill += 1;
+    c.prefilling.add(work);
+    const perSecond = rate.current;
+    if (!stream && perSecond !== undefined)
+      timer = setTimeout(
+        () => {
+          if (leavePrefill()) changed();
+        },
+        (promptTokens / perSecond) * 1000,
+      ).unref();
+  } else {
+    c.sinceScrapeTokens += promptTokens;
+  }
+  return work;
 }
 
 /** What the gateways need to estimate a new long prompt's wait (honest waiting). */
@@ -159,7 +190,7 @@ export function longPromptStats(opts: {
     heldTokens: opts.held.tokens,
     inPrefill,
     prefillRemainingTokens: Math.round(remaining),
-    ...(opts.rate.value === undefined ? {} : { prefillTokensPerSecond: opts.rate.value }),
+    ...(opts.rate.current === undefined ? {} : { prefillTokensPerSecond: opts.rate.current }),
     parallelPrefills: opts.parallelPrefills,
   };
 }

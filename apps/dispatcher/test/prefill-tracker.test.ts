@@ -5,6 +5,7 @@ import {
   longPromptStats,
   PrefillRate,
   scraped,
+  settlePending,
   trackRelease,
 } from '../src/prefill-tracker.ts';
 
@@ -23,14 +24,17 @@ describe('prefill tracker', () => {
       rate,
       changed,
     });
+    settlePending(c, 10_000);
     expect(c).toMatchObject({ longInflight: 1, longInPrefill: 1, kvPendingTokens: 65_536 });
     expect(work.remainingTokens(10_000)).toBe(65_536); // no rate measured yet
     work.firstByte(128_000);
     expect(rate.value).toBe(512);
+    settlePending(c, 128_000);
     expect(c).toMatchObject({ longInflight: 1, longInPrefill: 0, kvPendingTokens: 65_536 });
     expect(changed).toHaveBeenCalledTimes(1);
     // The next scrape shows the whole prompt in the engine's KV usage.
     scraped(c, 152_432);
+    settlePending(c, 129_000);
     expect(c).toMatchObject({ kvPendingTokens: 0, kvCapacityTokens: 152_432 });
     work.finished();
     work.finished(); // once only
@@ -48,9 +52,11 @@ describe('prefill tracker', () => {
       rate: new PrefillRate(),
       changed: () => {},
     });
+    settlePending(c, 0);
     expect(c).toMatchObject({ longInflight: 0, longInPrefill: 0, kvPendingTokens: 300 });
     expect(work.inPrefill).toBe(false);
     scraped(c, undefined);
+    settlePending(c, 0);
     expect(c.kvPendingTokens).toBe(0);
     expect(c).not.toHaveProperty('kvCapacityTokens');
   });
@@ -70,6 +76,9 @@ describe('prefill tracker', () => {
       changed,
     });
     expect(work.remainingTokens(4_000)).toBe(8_000);
+    // Of its prompt, only the part not prefilled yet is KV the gauges cannot show.
+    settlePending(c, 4_000);
+    expect(c.kvPendingTokens).toBe(8_000);
     vi.advanceTimersByTime(19_999);
     expect(c.longInPrefill).toBe(1);
     vi.advanceTimersByTime(1);
@@ -94,6 +103,16 @@ describe('prefill tracker', () => {
     expect(c.longInPrefill).toBe(1);
     work.finished();
     expect(c.longInPrefill).toBe(0);
+  });
+
+  it("falls back on the engines' own rate until a streamed long prompt has been measured", () => {
+    const rate = new PrefillRate(0.5);
+    expect(rate.current).toBeUndefined();
+    rate.sampleEngine(71_000, 252); // ~282 tokens per second from the engine's histograms
+    expect(rate.current).toBeCloseTo(281.7, 1);
+    rate.sample(65_536, 128); // 512 measured on a stream through Sluice
+    expect(rate.current).toBe(512);
+    expect(rate.engineValue).toBeCloseTo(281.7, 1);
   });
 
   it('smooths the rate and ignores impossible samples', () => {

@@ -22,6 +22,21 @@ export const requestLatencyBuckets = [
   480.0, 960.0, 1920.0, 7680.0,
 ];
 
+/**
+ * vllm/v1/metrics/loggers.py: "buckets=build_1_2_5_buckets(max_model_len)" for
+ * `vllm:request_prompt_tokens` (vllm/v1/metrics/utils.py: 1, 2, 5, 10, 20, 50, ... up to the
+ * limit).
+ */
+export function oneTwoFiveBuckets(max: number): number[] {
+  const buckets: number[] = [];
+  for (let exponent = 1; ; exponent *= 10)
+    for (const mantissa of [1, 2, 5]) {
+      const value = mantissa * exponent;
+      if (value > max) return buckets;
+      buckets.push(value);
+    }
+}
+
 export interface GenerationRequest {
   id: string;
   promptTokens: number;
@@ -42,7 +57,13 @@ export interface GenerationHandle {
 }
 
 export class EngineStats {
+  constructor(maxModelLen = 131_072) {
+    this.requestPromptTokens = new Histogram(oneTwoFiveBuckets(maxModelLen));
+  }
+
   promptTokens = 0;
+  /** `vllm:request_prompt_tokens`: each finished request's prompt length. */
+  readonly requestPromptTokens: Histogram;
   generationTokens = 0;
   readonly finished = { stop: 0, length: 0, abort: 0 };
   readonly ttft = new Histogram(ttftBuckets);
@@ -89,6 +110,9 @@ export class EngineStats {
     const scheduled = seq.scheduledAt!;
     const first = seq.firstTokenAt!;
     this.e2eLatency.observe(at - seq.arrival);
+    // loggers.py: "self.histogram_num_prompt_tokens_request[engine_idx].observe(
+    // finished_request.num_prompt_tokens)", in the same loop over finished requests.
+    this.requestPromptTokens.observe(seq.promptTokens);
     this.queueTime.observe(scheduled - seq.arrival);
     this.prefillTime.observe(first - scheduled);
     this.inferenceTime.observe(at - scheduled);
@@ -104,7 +128,7 @@ export class Engine {
   readonly scheduler: Scheduler;
   readonly loop: EngineLoop;
   readonly clock: SimClock;
-  readonly stats = new EngineStats();
+  readonly stats: EngineStats;
 
   private readonly listener: SequenceListener = {
     onToken: (seq, at) => {
@@ -124,6 +148,7 @@ export class Engine {
   private readonly pending = new Map<Sequence, Pending>();
 
   constructor(readonly options: SimOptions) {
+    this.stats = new EngineStats(options.maxModelLen);
     this.scheduler = new Scheduler({
       ...options,
       reserveFullIsl: !options.firstChunkAdmission,

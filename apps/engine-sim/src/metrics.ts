@@ -131,6 +131,12 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         stats.prefillTime,
       );
       w.histogram(
+        'vllm:request_prompt_tokens',
+        'Number of prefill tokens processed.',
+        labels,
+        stats.requestPromptTokens,
+      );
+      w.histogram(
         'vllm:request_decode_time_seconds',
         'Histogram of time spent in DECODE phase for request.',
         labels,

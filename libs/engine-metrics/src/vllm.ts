@@ -9,6 +9,9 @@ export const VLLM_SERIES = {
   /** KV-cache usage as vLLM < 0.10 named it. */
   legacyKvUsage: 'vllm:gpu_cache_usage_perc',
   cacheConfigInfo: 'vllm:cache_config_info',
+  /** Histogram sums observed when a request finishes (vllm/v1/metrics/loggers.py). */
+  promptTokensSum: 'vllm:request_prompt_tokens_sum',
+  prefillSecondsSum: 'vllm:request_prefill_time_seconds_sum',
 } as const;
 
 const RUNNING = VLLM_SERIES.running;
@@ -39,6 +42,12 @@ export interface VllmState {
    * summed over ranks. Absent unless every rank has one (upstream vLLM exports none).
    */
   maxNumSeqs?: number;
+  /**
+   * Prompt tokens and prefill seconds of the requests finished so far (the sums of
+   * `vllm:request_prompt_tokens` and `vllm:request_prefill_time_seconds`, over ranks): between
+   * two scrapes, their differences give the engine's prefill rate. Absent unless both exist.
+   */
+  prefillTotals?: { promptTokens: number; seconds: number };
   /** Data-parallel ranks: distinct `engine` label values (1 when there is no `engine` label). */
   ranks: number;
   /** Distinct `model_name` label values of the gauges above, in order of appearance. */
@@ -134,6 +143,11 @@ export function readVllmState(exposition: Exposition): VllmState {
   const models: string[] = [];
   const capacity = new Map<string, number>();
   const maxNumSeqs = new Map<string, number>();
+  // Optional: a bad value drops the pair instead of failing the scrape.
+  let promptTokensSum: number | undefined;
+  let prefillSecondsSum: number | undefined;
+  const addSum = (current: number | undefined, value: number) =>
+    Number.isFinite(value) && value >= 0 ? (current ?? 0) + value : Number.NaN;
 
   const gauge = (sample: Sample): void => {
     ranks.add(rankOf(sample.labels));
@@ -173,6 +187,12 @@ export function readVllmState(exposition: Exposition): VllmState {
       case LEGACY_KV_USAGE:
         legacyKv = usage(sample, legacyKv);
         break;
+      case VLLM_SERIES.promptTokensSum:
+        promptTokensSum = addSum(promptTokensSum, sample.value);
+        break;
+      case VLLM_SERIES.prefillSecondsSum:
+        prefillSecondsSum = addSum(prefillSecondsSum, sample.value);
+        break;
     }
     if (name.endsWith('_info')) {
       const rank = rankOf(sample.labels);
@@ -211,5 +231,7 @@ export function readVllmState(exposition: Exposition): VllmState {
   if (kvCapacityTokens !== undefined) state.kvCapacityTokens = kvCapacityTokens;
   const seqs = sumOverRanks(maxNumSeqs, ranks);
   if (seqs !== undefined) state.maxNumSeqs = seqs;
+  if (Number.isFinite(promptTokensSum) && Number.isFinite(prefillSecondsSum))
+    state.prefillTotals = { promptTokens: promptTokensSum!, seconds: prefillSecondsSum! };
   return state;
 }

@@ -105,7 +105,47 @@ describe('readVllmState on real vLLM expositions', () => {
       kvUsage: 'vllm:kv_cache_usage_perc',
       legacyKvUsage: 'vllm:gpu_cache_usage_perc',
       cacheConfigInfo: 'vllm:cache_config_info',
+      promptTokensSum: 'vllm:request_prompt_tokens_sum',
+      prefillSecondsSum: 'vllm:request_prefill_time_seconds_sum',
     });
+  });
+});
+
+describe('readVllmState: prefill totals', () => {
+  const base = (extra: string[]) =>
+    readVllmState(
+      parseExposition(
+        [
+          'vllm:num_requests_running{engine="0"} 1',
+          'vllm:num_requests_waiting{engine="0"} 0',
+          'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+          ...extra,
+          '',
+        ].join('\n'),
+      ),
+    );
+
+  it("sums the finished requests' prompt tokens and prefill seconds over ranks", () => {
+    const state = base([
+      'vllm:request_prompt_tokens_sum{engine="0"} 70000',
+      'vllm:request_prompt_tokens_sum{engine="1"} 1000',
+      'vllm:request_prefill_time_seconds_sum{engine="0"} 250',
+      'vllm:request_prefill_time_seconds_sum{engine="1"} 2',
+    ]);
+    expect(state.prefillTotals).toEqual({ promptTokens: 71_000, seconds: 252 });
+  });
+
+  it('leaves them out when one is missing or unreadable, without failing the scrape', () => {
+    expect(
+      base(['vllm:request_prompt_tokens_sum{engine="0"} 70000']).prefillTotals,
+    ).toBeUndefined();
+    expect(
+      base([
+        'vllm:request_prompt_tokens_sum{engine="0"} NaN',
+        'vllm:request_prefill_time_seconds_sum{engine="0"} 2',
+      ]).prefillTotals,
+    ).toBeUndefined();
+    expect(base([]).running).toBe(1);
   });
 });
 
