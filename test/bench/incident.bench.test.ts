@@ -447,14 +447,15 @@ function findingsOf(): string[] {
 const formatRatio = (r: number) => (r >= 10 ? round(r, 1) : round(r, 2)).toString();
 
 /**
- * Why Sluice's short requests waited on a flag set, as this bench's series showed it (engine
- * running + waiting, the queue in Sluice, TTFT by send time); shown where the goal was missed.
+ * What bounds Sluice's short requests on a flag set whatever the order of release: the engine's
+ * own step rules and cost (docs/broker.md, "What it cannot do"). Shown where the goal is missed;
+ * the run's own series (charts) show where the time went.
  */
 const WHY_NOT: Record<FlagKey, string> = {
   defaults:
-    'Why: with default flags the engine gives a prefilling prompt the whole 2,048-token step budget (running requests are scheduled first), so the short requests Sluice released next to the first 65k prompt got no token until its prefill ended (~260 s), at 4 to 12 s a step; meanwhile the queue in Sluice grew by one short request every 2 s. Then, until ~520 s, the engine held a single request (the second 65k prompt) while 140 to 180 short requests waited in Sluice: the 8k prompts had passed the 60 s aging limit, and an aged long prompt held for free KV or slots (not for its share or the one-prefill rule) stops short prompts from passing it. A non-streaming long prompt counts as in prefill, with its whole prompt in the pending KV, until it completes (no first-byte signal, no prefill rate measured on streams here), which most likely kept the next long prompt held for KV beside the engine own gauge and so kept every short one waiting (the held reason was not read out in this run). Short requests flowed only after the long prompts: p50 and p99 are set by that wait, not by the engine.',
+    'With default flags vLLM gives a prefilling prompt the whole step budget (running requests are scheduled first), so nothing admitted beside it gets a token until its prefill ends (a 65k prompt: ~250 s on this engine). Sluice keeps that to one long prefill at a time per engine but cannot shorten it; the long prompts still have to be prefilled one after another, and short requests that arrive meanwhile wait for each.',
   threshold:
-    'Why: with the threshold a prefilling prompt takes 512 tokens a step and the short requests decode beside it, so the first ones got their first token within 3 to 30 s; but a step beside a 65k prefill still takes 1 to 3 s, so a short request holds its slot for about a minute (32 tokens) and three slots serve far fewer than the one short request every 2 s that arrives: the queue in Sluice grows from the start. From ~60 s (the aging limit of the 8k prompts) the short requests passed the aged long prompts only in stretches, and for long stretches the engine held one or two requests, or none, while over a hundred short requests waited in Sluice (the same aged-long-prompt rule as with default flags; the stretches with an empty engine and a full queue, up to ~35 s, also fit the dispatcher waiting out its 5 s BullMQ drainDelay in a blocking take). Of the 180 short requests 26 got their first token within 60 s (all sent before ~80 s), 133 waited over 500 s: those were answered after the long prompts.',
+    'With the threshold, short requests decode beside a long prefill, but every step then carries a 512-token chunk at a deep context position (1 to 3 s on this engine), so a 32-token answer holds its slot for about a minute, and the free slots serve fewer short requests than the one every 2 s that arrive: the queue grows whatever the order of release, until the long prompts are done.',
 };
 
 function writeIncident(): void {

@@ -121,7 +121,7 @@ describe('sluice command', () => {
           : undefined;
       }, 'sluice status to show the pool');
       expect(status).toMatch(
-        /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0$/m,
+        /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0 held 0$/m,
       );
       // Gauges are as of the last scrape, which may have caught a request above: not pinned.
       expect(status).toMatch(
