@@ -9,7 +9,7 @@ import {
   Registry,
 } from '@sluice/observability';
 import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
-import { classify, isAged } from '@sluice/admission';
+import { classify, isAged, retryAfterBounds } from '@sluice/admission';
 import {
   encodeCancel,
   keySpace,
@@ -241,7 +241,11 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
             refusal(
               'long_backlog',
               `pool ${route.pool.name}: the long prompts ahead need about ${Math.ceil(wait)} s of prefill, more than the ${route.pool.maxParkSeconds} s park limit`,
-              Math.max(1, Math.min(60, Math.ceil(wait - route.pool.maxParkSeconds))),
+              // Once that much of the backlog has drained, waiting fits the park limit.
+              Math.max(
+                retryAfterBounds.min,
+                Math.min(retryAfterBounds.max, Math.ceil(wait - route.pool.maxParkSeconds)),
+              ),
             ),
           );
       }
