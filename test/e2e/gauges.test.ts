@@ -47,7 +47,9 @@ beforeAll(async () => {
     ADMISSION_MAX_INFLIGHT: '4',
     ADMISSION_KV_THRESHOLD: '0.5',
     ENGINE_SCRAPE_INTERVAL_MS: '100',
-    ENGINE_STALE_AFTER_FAILURES: '2',
+    // Gauges count as stale past (failures + 1) x 100 ms: 600 ms, so that a scrape delayed on
+    // a loaded machine does not make them stale (and the gauge conditions skipped) mid-test.
+    ENGINE_STALE_AFTER_FAILURES: '5',
     VLLM_MAX_QUEUE_DEPTH: '50',
   };
   for (const mode of ['open', 'closed'] as const) {
@@ -217,12 +219,18 @@ describe('engine gauges in the gate', () => {
   });
 
   it('flips the engine to stale when /metrics fails; fail mode open keeps serving under the cap, closed holds everything until /metrics recovers', async () => {
+    // Transitions counted so far (a scrape that timed out on a loaded machine counts too).
+    const before = {
+      open: await dispatcherMetric('open', 'sluice_engine_state_stale_total'),
+      closed: await dispatcherMetric('closed', 'sluice_engine_state_stale_total'),
+    };
     await sim.setFaults({ metrics: 'error' });
     try {
       for (const mode of ['open', 'closed'] as const)
         await eventually(
           async () =>
-            (await dispatcherMetric(mode, 'sluice_engine_state_stale_total')) === 1
+            (await dispatcherMetric(mode, 'sluice_engine_state_stale_total')) ===
+              before[mode] + 1 && (await dispatcherMetric(mode, 'sluice_engine_up')) === 0
               ? true
               : undefined,
           `the ${mode} dispatcher to mark the engine stale`,
@@ -257,7 +265,9 @@ describe('engine gauges in the gate', () => {
       expect((await held).status).toBe(200);
       expect(await dispatcherMetric('closed', 'sluice_engine_up')).toBe(1);
       // Counted once per transition, however many scrapes failed.
-      expect(await dispatcherMetric('closed', 'sluice_engine_state_stale_total')).toBe(1);
+      expect(await dispatcherMetric('closed', 'sluice_engine_state_stale_total')).toBe(
+        before.closed + 1,
+      );
     } finally {
       await sim.setFaults({ metrics: 'ok' });
     }
