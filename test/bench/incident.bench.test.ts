@@ -51,8 +51,12 @@ const SAMPLE_MS = 50;
 const MODEL = 'reasoning';
 /** Sluice's default engine scrape period, 500 ms, scaled like everything else (50 ms at least). */
 const scrapeMs = Math.max(50, Math.round(500 / timeScale));
-/** Sluice's default aging limit for long prompts, 60 simulated s, in wall-clock seconds. */
-const agingSeconds = 60 / timeScale;
+/**
+ * Sluice's aging limit for long prompts in simulated seconds (its default, 60, unless
+ * BENCH_INCIDENT_AGING_SECONDS says otherwise, to measure the trade-off), in wall-clock seconds.
+ */
+const agingSimSeconds = Number(process.env['BENCH_INCIDENT_AGING_SECONDS'] ?? '60');
+const agingSeconds = agingSimSeconds / timeScale;
 
 // The workload, in simulated seconds and tokens; identical in every setup.
 const LONG_PROMPTS = [65_536, 65_536, ...Array.from({ length: 15 }, () => 8_192)];
@@ -170,7 +174,7 @@ async function deploy(key: SetupKey, engine: TestEngineSim): Promise<Deployment>
     SLUICE_DEGRADATION: 'off',
     // The default scrape period (500 ms) in simulated time, as a real deployment would see it.
     ENGINE_SCRAPE_INTERVAL_MS: String(scrapeMs),
-    // The default aging limit (60 s) in simulated time, likewise.
+    // The aging limit in simulated time, likewise.
     ADMISSION_LONG_AGING_SECONDS: String(agingSeconds),
   };
   const processes: SluiceProcess[] = [await startDispatcher(env)];
@@ -496,7 +500,7 @@ function writeIncident(): void {
     `Workload, the same in each run: ${LONG_PROMPTS.length} long prompts (2 x 65,536 and 15 x 8,192 tokens, ${longTokens.toLocaleString('en-US')} tokens in all; max_tokens ${LONG_MAX_TOKENS}, not streaming) sent ${LONG_EVERY} s apart from t = 0, and a short streaming chat request (${SHORT_PROMPT_TOKENS} prompt tokens, max_tokens ${SHORT_MAX_TOKENS}) every ${SHORT_EVERY} s for ${SHORT_UNTIL} s (${Math.ceil(SHORT_UNTIL / SHORT_EVERY)} requests). Prompts are real text of tokens x 4 characters, each starting with its kind and index (no two share a prefix-cache block). Clients go round-robin over ${REPLICAS} replicas (the direct setup has one engine address).`,
     'No request carries a priority header. Sluice tells the long prompts from the short ones by its own estimate of the prompt (characters / 4 of the message strings, above 8,192 tokens is long): long prompts hold at most half of the engine slots (2 of 4), prefill one at a time, must fit the free KV, and wait in Sluice while short requests pass, up to the aging limit. The semaphore proxies and the engine serve strictly in arrival order.',
     'A non-streaming long prompt gives Sluice no first-byte signal for the end of its prefill; with no prefill rate measured on long streams (there are none here), Sluice counts it as in prefill until it completes, so in this workload long prompts go to the engine strictly one after another, decode included. That is what the long-prompt completion figures of the Sluice rows show.',
-    `Sluice ran with degradation off (SLUICE_DEGRADATION=off), so that every setup generates the same answers; its engine scrape period and long-prompt aging limit were scaled like the engine (${scrapeMs} ms of wall clock = ${round((scrapeMs / 1000) * timeScale, 2)} simulated s, default 0.5 s; ${round(agingSeconds, 3)} s of wall clock = 60 simulated s, the default), queue depth and park limit raised so that nothing is refused (1,000 requests, 600 s); the rest are the defaults (KV gate at 0.9, long prompts above 8,192 tokens, at most half the slots, one prefill at a time). What is not scaled is the broker's own work per request: a few milliseconds of wall clock to enqueue, release and relay read ${timeScale} times longer here.`,
+    `Sluice ran with degradation off (SLUICE_DEGRADATION=off), so that every setup generates the same answers; its engine scrape period and long-prompt aging limit were scaled like the engine (${scrapeMs} ms of wall clock = ${round((scrapeMs / 1000) * timeScale, 2)} simulated s, default 0.5 s; ${round(agingSeconds, 3)} s of wall clock = ${agingSimSeconds} simulated s${agingSimSeconds === 60 ? ', the default' : ''}), queue depth and park limit raised so that nothing is refused (1,000 requests, 600 s); the rest are the defaults (KV gate at 0.9, long prompts above 8,192 tokens, at most half the slots, one prefill at a time). What is not scaled is the broker's own work per request: a few milliseconds of wall clock to enqueue, release and relay read ${timeScale} times longer here.`,
     'Peak engine concurrency is the simulator own high-water mark of running + waiting (/sim/state peakRequests), reset after a warm-up request through every replica; the charts sample it every 50 ms of wall clock (stored samples: those where the value changed). The queue in front of the engine is the sum of the three proxies in-memory queues (semaphore) or what Sluice holds in Redis (BullMQ wait, prioritized and the delayed set where held long prompts wait); direct has none, its queue is the engine waiting list.',
     'TTFT: from sending the request to the first `data:` line of the stream (keep-alive comments excluded). One run per setup and flag set: the engine simulation is deterministic, so the spread between runs is client timing only (a sample interval, about 50 ms x time scale at worst).',
     ...done.map(
