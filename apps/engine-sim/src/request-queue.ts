@@ -18,7 +18,7 @@ export interface RequestQueue extends Iterable<Sequence> {
 }
 
 class FcfsQueue implements RequestQueue {
-  private items: Sequence[] = [];
+  protected readonly items: Sequence[] = [];
   get length() {
     return this.items.length;
   }
@@ -46,33 +46,14 @@ class FcfsQueue implements RequestQueue {
 }
 
 /** Sorted by (priority, arrival); ties keep insertion order. Queues here are short. */
-class PriorityQueue implements RequestQueue {
-  private items: Sequence[] = [];
-  get length() {
-    return this.items.length;
-  }
-  peek() {
-    return this.items[0];
-  }
-  pop() {
-    return this.items.shift();
-  }
-  add(seq: Sequence) {
+class PriorityQueue extends FcfsQueue {
+  override add(seq: Sequence) {
     let i = this.items.length;
     while (i > 0 && before(seq, this.items[i - 1]!)) i -= 1;
     this.items.splice(i, 0, seq);
   }
-  prepend(seq: Sequence) {
+  override prepend(seq: Sequence) {
     this.add(seq);
-  }
-  remove(seq: Sequence) {
-    const i = this.items.indexOf(seq);
-    if (i === -1) return false;
-    this.items.splice(i, 1);
-    return true;
-  }
-  [Symbol.iterator]() {
-    return this.items[Symbol.iterator]();
   }
 }
 
