@@ -38,7 +38,6 @@ export interface HoldingDeps {
 
 export class Holding {
   readonly held = new HeldJobs();
-  private promoting = false;
 
   constructor(private readonly deps: HoldingDeps) {}
 
@@ -88,7 +87,8 @@ export class Holding {
    * the short prompts of its class.
    */
   maybePromote(): void {
-    if (this.promoting || this.held.promoted !== undefined || !this.deps.isLeader()) return;
+    // One promotion at a time: `promoted` stays set until the loop takes that job back.
+    if (this.held.size === 0 || this.held.promoted !== undefined || !this.deps.isLeader()) return;
     const now = this.deps.now();
     const next = nextToPromote(this.held.ordered(), this.deps.context(now));
     if (next)
@@ -96,7 +96,6 @@ export class Holding {
   }
 
   private async promote(h: HeldJob, aged: boolean): Promise<void> {
-    this.promoting = true;
     this.held.promoted = h.id;
     try {
       if (aged)
@@ -109,8 +108,6 @@ export class Holding {
       // back at its deadline (the loop then takes and skips it).
       this.held.remove(h.id);
       this.setMetrics();
-    } finally {
-      this.promoting = false;
     }
     this.deps.changed();
   }

@@ -2,15 +2,15 @@
 //
 // Only the lease holder takes jobs (BullMQ worker without a processor: getNextJob only
 // while the gate admits). A job the prefill rules may not release yet is held back
-// (held-jobs.ts) so that the jobs behind it can pass. In-flight is counted here, synchronously, before any await, so
-// the cap is exact; the queue's BullMQ global concurrency is set to the pool's total cap
+// (held-jobs.ts) so that the jobs behind it can pass. In-flight is counted here,
+// synchronously, before any await, so the cap is exact; the queue's BullMQ global concurrency is set to the pool's total cap
 // as a Redis-enforced backstop against two processes that both believe they lead.
 import {
   bypassTraffic,
   classify,
-  releaseVerdict,
   gateDecision,
   pickEngine,
+  releaseVerdict,
   smoothRate,
   type GatePolicy,
   type PrefillView,
@@ -102,7 +102,7 @@ export class PoolDispatcher {
   private readonly engines: EngineSlot[];
   private readonly inflightJobs = new Map<
     string,
-    { job: Job; token: string; work?: ReleasedWork }
+    { job: Job; token: string; work: ReleasedWork }
   >();
   private readonly holding: Holding;
   private readonly prefillRate = new PrefillRate();
@@ -381,15 +381,11 @@ export class PoolDispatcher {
       releasedAt: now(),
       rate: this.prefillRate,
       changed: () => {
-        metrics.longInflight.set(labels, engine.longInflight);
-        metrics.longInPrefill.set(labels, engine.longInPrefill);
-        if (this.prefillRate.current !== undefined)
-          metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.current);
+        this.setPrefillMetrics(engine);
         this.changed();
       },
     });
-    metrics.longInflight.set(labels, engine.longInflight);
-    metrics.longInPrefill.set(labels, engine.longInPrefill);
+    this.setPrefillMetrics(engine);
     this.inflightJobs.set(job.id!, { job, token, work });
     metrics.inflight.set(labels, engine.inflight);
     void this.run(job, token, engine, payload, work).finally(() => {
@@ -551,8 +547,19 @@ export class PoolDispatcher {
       totals.promptTokens - previous.promptTokens,
       totals.seconds - previous.seconds,
     );
+    this.setPrefillMetrics();
+  }
+
+  /** Long prompts in flight and in prefill on `engine`, and the pool's prefill rate. */
+  private setPrefillMetrics(engine?: EngineSlot): void {
+    const { metrics } = this.deps;
+    if (engine) {
+      const labels = { pool: this.pool.name, engine: engine.name };
+      metrics.longInflight.set(labels, engine.longInflight);
+      metrics.longInPrefill.set(labels, engine.longInPrefill);
+    }
     if (this.prefillRate.current !== undefined)
-      this.deps.metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.current);
+      metrics.prefillRate.set({ pool: this.pool.name }, this.prefillRate.current);
   }
 
   /** The cap follows the engine's own --max-num-seqs where the engine exports it. */

@@ -172,7 +172,7 @@ export function trackRelease(
 /** What the gateways need to estimate a new long prompt's wait (honest waiting). */
 export function longPromptStats(opts: {
   held: { count: number; tokens: number };
-  released: Iterable<ReleasedWork | undefined>;
+  released: Iterable<ReleasedWork>;
   rate: PrefillRate;
   /** Long prompts the pool prefills at once. */
   parallelPrefills: number;
@@ -181,7 +181,7 @@ export function longPromptStats(opts: {
   let inPrefill = 0;
   let remaining = 0;
   for (const work of opts.released)
-    if (work?.inPrefill) {
+    if (work.inPrefill) {
       inPrefill += 1;
       remaining += work.remainingTokens(opts.now);
     }

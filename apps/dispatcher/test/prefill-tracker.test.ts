@@ -140,7 +140,7 @@ describe('prefill tracker', () => {
     expect(
       longPromptStats({
         held: { count: 2, tokens: 30_000 },
-        released: [work, undefined],
+        released: [work],
         rate,
         parallelPrefills: 1,
         now: 10_000,
