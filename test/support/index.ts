@@ -1,6 +1,6 @@
 export { startProcess, type StartedProcess, type StartOptions } from './process.ts';
 export { freePort } from './ports.ts';
-export { startRedis, type TestRedis } from './redis.ts';
+export { startRedis, type TestRedis, type TestRedisOptions } from './redis.ts';
 export {
   startEngineSim,
   eventually,

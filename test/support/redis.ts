@@ -1,4 +1,8 @@
-// A real redis-server on a free loopback port, with no persistence; stopped by the caller.
+// A real redis-server on a loopback port, stopped by the caller. No persistence unless asked:
+// fault tests restart it on the same port, empty or from its append-only file.
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { startProcess, type StartedProcess } from './process.ts';
 import { freePort } from './ports.ts';
 
@@ -9,20 +13,38 @@ export interface TestRedis {
   stop(): Promise<void>;
 }
 
-export async function startRedis(): Promise<TestRedis> {
+export interface TestRedisOptions {
+  /** A fixed port (a restart of an earlier server); a free one when absent. */
+  port?: number;
+  /** `requirepass`: clients must send it. */
+  password?: string;
+  /** Keep an append-only file in this directory (made when `true`), so a restart keeps the data. */
+  appendonly?: string | true;
+}
+
+export async function startRedis(options: TestRedisOptions = {}): Promise<TestRedis> {
   const command = process.env['REDIS_SERVER_BIN'] ?? 'redis-server';
+  const dir =
+    options.appendonly === true
+      ? await mkdtemp(join(tmpdir(), 'sluice-redis-'))
+      : options.appendonly;
   for (let attempt = 1; ; attempt += 1) {
-    const port = await freePort();
+    const port = options.port ?? (await freePort());
+    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', ''];
+    args.push(...(dir ? ['--appendonly', 'yes', '--dir', dir] : ['--appendonly', 'no']));
+    if (options.password) args.push('--requirepass', options.password);
     try {
-      const proc = await startProcess({
-        command,
-        args: ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-        ready: /Ready to accept connections/,
-      });
-      return { url: `redis://127.0.0.1:${port}`, port, process: proc, stop: () => proc.stop() };
+      const proc = await startProcess({ command, args, ready: /Ready to accept connections/ });
+      const auth = options.password ? `:${options.password}@` : '';
+      return {
+        url: `redis://${auth}127.0.0.1:${port}`,
+        port,
+        process: proc,
+        stop: () => proc.stop(),
+      };
     } catch (err) {
       // Another process may take the port between freePort() and bind; try a new one.
-      if (attempt >= 3) throw err;
+      if (options.port !== undefined || attempt >= 3) throw err;
     }
   }
 }

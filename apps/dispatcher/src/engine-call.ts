@@ -74,19 +74,17 @@ export class EngineClient {
       if (signal.aborted) {
         const reason =
           signal.reason instanceof CancelledError ? signal.reason.message : 'cancelled';
-        relay.error({ status: 499, code: 'cancelled', message: `request cancelled: ${reason}` });
+        relay.error({ code: 'cancelled', message: `request cancelled: ${reason}` });
         return 'cancelled';
       }
       const message = err instanceof Error ? err.message : String(err);
       relay.error(
         headSent
           ? {
-              status: 502,
               code: 'engine_error',
               message: `engine ${this.name} failed mid-response: ${message}`,
             }
           : {
-              status: 503,
               code: 'engine_unreachable',
               message: `engine ${this.name} unreachable: ${message}`,
             },

@@ -322,7 +322,6 @@ export class PoolDispatcher {
     const { hub, keys } = this.deps;
     const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
     relay.error({
-      status: 503,
       code: 'park_timeout',
       message: `no capacity within ${Math.round(this.pool.maxParkSeconds)} s; retry later`,
     });

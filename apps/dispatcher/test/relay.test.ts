@@ -74,7 +74,7 @@ describe('reply relay', () => {
     await done;
     expect(frames[0]!.type).toBe('start');
     expect(frames[1]).toMatchObject({ type: 'alive', jobId: 'job2', seq: 1 });
-    relay.error({ status: 503, code: 'engine_unreachable', message: 'gone' });
+    relay.error({ code: 'engine_unreachable', message: 'gone' });
     hub.close(relay);
     hub.stop();
   });

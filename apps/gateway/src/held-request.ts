@@ -96,11 +96,7 @@ export class HeldRequest {
         this.end();
         break;
       case 'error':
-        this.fail({
-          status: frame.info.status,
-          reason: frame.info.code as Refusal['reason'],
-          message: frame.info.message,
-        });
+        this.fail(refusal(frame.info.code, frame.info.message, frame.info.retryAfter));
         break;
       case 'alive':
         break;
@@ -126,10 +122,7 @@ export class HeldRequest {
     this.hooks.onRefused(this, r);
     const res = this.res;
     if (!res.headersSent) writeRefusal(res, r);
-    else if (this.stream && !res.destroyed)
-      res.end(
-        sseError(r.message, r.status >= 500 ? 'server_error' : 'invalid_request_error', r.reason),
-      );
+    else if (this.stream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
     // A non-streaming body cut short must not look whole: end the connection without the
     // final chunk, so the client sees an error rather than a truncated answer.
     else res.destroy();

@@ -132,10 +132,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     if (error.statusCode && error.statusCode >= 400 && error.statusCode < 500)
       return refuse(reply, model, refusal('bad_request', error.message));
     log.error({ err: error }, 'unhandled error');
-    return reply
-      .code(500)
-      .type('application/json')
-      .send(refusalBody({ status: 500, reason: 'engine_error', message: 'internal error' }));
+    return refuse(reply, model, refusal('internal_error', 'internal error'));
   });
 
   const heldHooks = (pool: PoolQueue, model: string): HeldRequestHooks => ({
@@ -198,7 +195,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
         return refuse(
           reply,
           model,
-          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)', 5),
+          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'),
         );
       if (!(await pool.hasLeader()))
         return refuse(
@@ -288,7 +285,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
           );
       } catch (err) {
         log.warn({ err }, 'enqueue failed');
-        held.fail(refusal('redis_unavailable', 'queue unavailable (Redis error)', 5));
+        held.fail(refusal('redis_unavailable', 'queue unavailable (Redis error)'));
       }
     };
   }

@@ -1,6 +1,6 @@
 // This replica's reply channel: frames from the dispatcher, routed to held requests by
 // job id, and a watchdog that ends requests whose dispatcher went silent.
-import { decodeFrame, frameJobId, messageFrames, ProtocolError } from '@sluice/protocol';
+import { decodeFrame, frameJobId, messageFrames, ProtocolError, refusal } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
@@ -60,11 +60,7 @@ export class ReplyRouter {
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
       this.onBadFrame('undecodable', err.message);
-      held.fail({
-        status: 502,
-        reason: 'frame_lost',
-        message: `reply stream broken: ${err.message}`,
-      });
+      held.fail(refusal('frame_lost', `reply stream broken: ${err.message}`));
     }
   }
 

@@ -10,6 +10,7 @@
 // `start`, `head` and `error` carry a small JSON object; `alive` and `end` carry nothing.
 // The header is ASCII, so the gateway finds the payload without decoding it.
 import { ProtocolError } from './errors.js';
+import { parseRejectReason, type RejectReason } from './reasons.js';
 
 export type FrameType = 'start' | 'head' | 'data' | 'end' | 'error' | 'alive';
 
@@ -26,11 +27,11 @@ export interface HeadInfo {
 }
 
 export interface ErrorInfo {
-  /** HTTP status to use when the client has not been answered yet. */
-  status: number;
-  /** Sluice reject/error reason, e.g. `engine_unreachable`, `cancelled`. */
-  code: string;
+  /** Why the request ended; its status and OpenAI type come from the refusal table. */
+  code: RejectReason;
   message: string;
+  /** `Retry-After` seconds, when the sender knows better than the table's default. */
+  retryAfter?: number;
 }
 
 export type Frame =
@@ -91,7 +92,6 @@ const infoFields: Partial<
     ['contentType', 'string'],
   ],
   error: [
-    ['status', 'number'],
     ['code', 'string'],
     ['message', 'string'],
   ],
@@ -145,8 +145,16 @@ export function decodeFrame(message: Buffer): Frame {
       return { type, jobId, seq, info: parseInfo(type, payload) as StartInfo };
     case 'head':
       return { type, jobId, seq, info: parseInfo(type, payload) as HeadInfo };
-    case 'error':
-      return { type, jobId, seq, info: parseInfo(type, payload) as ErrorInfo };
+    case 'error': {
+      const info = parseInfo(type, payload) as ErrorInfo;
+      parseRejectReason(info.code);
+      if (
+        info.retryAfter !== undefined &&
+        !(typeof info.retryAfter === 'number' && info.retryAfter >= 0)
+      )
+        throw new ProtocolError('error frame field retryAfter must be a non-negative number');
+      return { type, jobId, seq, info };
+    }
     default:
       if (payload.length > 0) throw new ProtocolError(`${type} frame carries no payload`);
       return { type, jobId, seq };

@@ -31,5 +31,15 @@ export {
   type LongPromptStats,
   type PoolStats,
 } from './stats.js';
-export { rejectReasons, type RejectReason } from './reasons.js';
+export {
+  isRejectReason,
+  parseRejectReason,
+  refusal,
+  refusalKinds,
+  rejectReasons,
+  type OpenAIErrorType,
+  type Refusal,
+  type RefusalKind,
+  type RejectReason,
+} from './reasons.js';
 export { sluiceHeaders } from './headers.js';

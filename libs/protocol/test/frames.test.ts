@@ -12,6 +12,7 @@ import {
   type Frame,
 } from '../src/frames.ts';
 import { ProtocolError } from '../src/errors.ts';
+import { refusalKinds, type RejectReason } from '../src/reasons.ts';
 
 const jobId = fc.stringMatching(/^[A-Za-z0-9-]{1,40}$/);
 const seq = fc.nat({ max: 1_000_000 });
@@ -41,11 +42,14 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
     type: fc.constant('error' as const),
     jobId,
     seq,
-    info: fc.record({
-      status: fc.integer({ min: 400, max: 599 }),
-      code: fc.string(),
-      message: fc.string({ unit: 'grapheme' }),
-    }),
+    info: fc.record(
+      {
+        code: fc.constantFrom(...(Object.keys(refusalKinds) as RejectReason[])),
+        message: fc.string({ unit: 'grapheme' }),
+        retryAfter: fc.nat({ max: 3600 }),
+      },
+      { requiredKeys: ['code', 'message'] },
+    ),
   }),
 );
 

@@ -1,5 +1,8 @@
 export {
+  COMMAND_TIMEOUT_MS,
   createRedis,
+  isAuthError,
+  RedisAuthError,
   redisHealthy,
   redisReady,
   type RedisConnectOptions,

@@ -1,6 +1,6 @@
 import { startRedis } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
-import { createRedis, redisHealthy, redisReady } from '../src/connect.ts';
+import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/connect.ts';
 
 describe('redis connections', () => {
   it('connects, reports healthy, and reports unhealthy once the server is gone', async () => {
@@ -29,5 +29,38 @@ describe('redis connections', () => {
       'Redis at 127.0.0.1:1 not reachable within 200 ms',
     );
     redis.disconnect();
+  });
+});
+
+describe('redis credentials', () => {
+  it('reports a wrong password as such, not as unreachable', async () => {
+    const server = await startRedis({ password: 'right' });
+    try {
+      const url = `redis://:wrong@127.0.0.1:${server.port}`;
+      const redis = createRedis(url, { name: 'x', role: 'command' });
+      redis.on('error', () => {});
+      const ready = redisReady(redis);
+      await expect(ready).rejects.toBeInstanceOf(RedisAuthError);
+      await expect(ready).rejects.toThrow(/refused the credentials: WRONGPASS/);
+      redis.disconnect();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('waits for a Redis that appears later when no time limit is given', async () => {
+    const { freePort } = await import('@sluice/test/support');
+    const port = await freePort();
+    const redis = createRedis(`redis://127.0.0.1:${port}`, { name: 'x', role: 'command' });
+    redis.on('error', () => {});
+    const ready = redisReady(redis);
+    const server = await startRedis({ port });
+    try {
+      await ready;
+      expect(await redis.ping()).toBe('PONG');
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
   });
 });
