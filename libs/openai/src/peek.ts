@@ -25,6 +25,7 @@ import {
   unexpected,
 } from './scan.js';
 import type { ByteSpan, PeekedRequest } from './types.js';
+import { invalidUtf8At, isUtf8 } from './utf8.js';
 
 const OTHER = 0;
 const MODEL = 1;
@@ -98,9 +99,16 @@ function tokenCount(b: Uint8Array, s: number, e: number, field: string): number 
 
 /**
  * Validates the whole body as JSON in one forward pass over its bytes, without building it,
- * and returns the top-level fields Sluice needs. Throws RequestPeekError for anything else.
+ * and returns the top-level fields Sluice needs. Throws RequestPeekError for anything else,
+ * invalid UTF-8 included.
  */
 export function peekRequest(body: Buffer | Uint8Array): PeekedRequest {
+  // JSON text is UTF-8 (RFC 8259 §8.1); decoding invalid bytes would hand the engine
+  // U+FFFD in place of what the client sent.
+  if (!isUtf8(body)) {
+    const at = invalidUtf8At(body);
+    throw RequestPeekError.json(at, `invalid UTF-8 (byte 0x${body[at]!.toString(16)})`);
+  }
   bindWords(body);
   try {
     return peek(body);

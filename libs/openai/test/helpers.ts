@@ -1,4 +1,4 @@
-import { Buffer } from 'node:buffer';
+import { Buffer, isUtf8 } from 'node:buffer';
 import { expect } from 'vitest';
 import { peekRequest, RequestPeekError } from '../src/index.js';
 import type { PeekedRequest } from '../src/index.js';
@@ -37,6 +37,8 @@ function tokenCount(value: unknown): number | undefined | 'bad' {
 
 /** The oracle: JSON.parse of the body's text, then the documented field rules. */
 export function expectedFor(body: Uint8Array): Expected {
+  // JSON.parse never sees bytes: invalid UTF-8 is a JSON error before it is decoded away.
+  if (!isUtf8(body)) return { kind: 'json' };
   let value: unknown;
   try {
     value = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.length).toString('utf8'));
