@@ -162,6 +162,7 @@ export function loadConfig(
       maxBodyBytes: vars.must('MAX_BODY_BYTES'),
       heartbeatSeconds: vars.must('SSE_HEARTBEAT_SECONDS'),
       slowClientBytes: vars.must('SLUICE_SLOW_CLIENT_BYTES'),
+      requestTimeoutSeconds: vars.must('GATEWAY_REQUEST_TIMEOUT_SECONDS'),
       priorityHeader: vars.must('SLUICE_PRIORITY_HEADER'),
       maxPriority: vars.must('SLUICE_MAX_PRIORITY'),
     },

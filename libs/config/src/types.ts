@@ -112,6 +112,8 @@ export interface SluiceConfig {
     maxBodyBytes: number;
     heartbeatSeconds: number;
     slowClientBytes: number;
+    /** Receiving one request (headers and body), not answering it. */
+    requestTimeoutSeconds: number;
     /** Lower-cased header name. */
     priorityHeader: string;
     maxPriority: number;

@@ -169,6 +169,13 @@ export const VARIABLES = {
     fallback: 4_194_304,
     help: 'bytes buffered for one slow client before its request is cancelled',
   }),
+  GATEWAY_REQUEST_TIMEOUT_SECONDS: v(
+    decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+    {
+      fallback: 30,
+      help: 'longest time a client may take to send its request (headers and body; 408 after it); the response is not timed',
+    },
+  ),
   SLUICE_PRIORITY_HEADER: v(
     matching(
       /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/,

@@ -29,6 +29,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   MAX_BODY_BYTES: (c) => c.limits.maxBodyBytes,
   SSE_HEARTBEAT_SECONDS: (c) => c.limits.heartbeatSeconds,
   SLUICE_SLOW_CLIENT_BYTES: (c) => c.limits.slowClientBytes,
+  GATEWAY_REQUEST_TIMEOUT_SECONDS: (c) => c.limits.requestTimeoutSeconds,
   SLUICE_PRIORITY_HEADER: (c) => c.limits.priorityHeader,
   SLUICE_MAX_PRIORITY: (c) => c.limits.maxPriority,
   ENGINE_SCRAPE_INTERVAL_MS: (c) => c.engine.scrapeIntervalMs,
@@ -92,6 +93,7 @@ export const bad: Record<VariableName, string[]> = {
   MAX_BODY_BYTES: ['1023', '1kb', '0'],
   SSE_HEARTBEAT_SECONDS: ['0', '-1', 'x', '0.0'],
   SLUICE_SLOW_CLIENT_BYTES: ['1023', '4MB'],
+  GATEWAY_REQUEST_TIMEOUT_SECONDS: ['0', '-1', '30s', '2147484'],
   SLUICE_PRIORITY_HEADER: ['x priority', 'x:p', 'é', 'x-p\n'],
   SLUICE_MAX_PRIORITY: ['-1', '699050', '2097151', '1.5'],
   ENGINE_SCRAPE_INTERVAL_MS: ['49', '0', '2147483648', '500ms'],
@@ -200,6 +202,10 @@ export const good: Record<
     ['30', 30],
   ],
   SLUICE_SLOW_CLIENT_BYTES: [['65536', 65536]],
+  GATEWAY_REQUEST_TIMEOUT_SECONDS: [
+    ['1', 1],
+    ['0.5', 0.5],
+  ],
   SLUICE_PRIORITY_HEADER: [
     ['X-Priority', 'x-priority'],
     ['x_prio', 'x_prio'],

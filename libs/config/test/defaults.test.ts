@@ -12,6 +12,7 @@ const DEFAULTS: SluiceConfig = {
     maxBodyBytes: 1_048_576,
     heartbeatSeconds: 15,
     slowClientBytes: 4_194_304,
+    requestTimeoutSeconds: 30,
     priorityHeader: 'x-sluice-priority',
     maxPriority: 10,
   },

@@ -77,6 +77,7 @@ describe('properties of environment values', () => {
       'ADMISSION_LONG_AGING_SECONDS',
       'ADMISSION_LONG_MAX_SHARE',
       'ADMISSION_MAX_PARK_SECONDS',
+      'GATEWAY_REQUEST_TIMEOUT_SECONDS',
       'SSE_HEARTBEAT_SECONDS',
     ]);
   });
