@@ -1,24 +1,30 @@
 // Fills in the model of a pool configured by VLLM_URL without VLLM_MODEL, from the
-// engine's /v1/models, retrying while the engine starts.
+// engine's /v1/models. Runs after the gateway listens and retries until the engine answers
+// (or the gateway closes): an engine that starts after the gateway is routine.
+import { setTimeout as sleep } from 'node:timers/promises';
 import { withDiscoveredModels, type SluiceConfig } from '@sluice/config';
 import { request } from 'undici';
 
+const FIRST_RETRY_MS = 500;
+const MAX_RETRY_MS = 5000;
+
+/** Resolves with the config whose pools all have models; rejects only when `signal` aborts. */
 export async function discoverModels(
   config: SluiceConfig,
-  timeoutMs: number,
   log: { warn(o: object, m: string): void },
+  signal: AbortSignal,
 ): Promise<SluiceConfig> {
   let next = config;
   for (const pool of config.pools) {
     if (pool.models.length > 0) continue;
     const engine = pool.engines[0]!;
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
+    for (let attempt = 0; ; attempt++) {
       try {
         const res = await request(new URL('/v1/models', engine.url), {
           headers: engine.apiKey ? { authorization: `Bearer ${engine.apiKey}` } : {},
           headersTimeout: 2000,
           bodyTimeout: 2000,
+          signal,
         });
         const body = (await res.body.json()) as { data?: Array<{ id?: unknown }> };
         const models = (body.data ?? [])
@@ -29,15 +35,14 @@ export async function discoverModels(
         next = withDiscoveredModels(next, pool.name, models);
         break;
       } catch (err) {
-        if (Date.now() > deadline)
-          throw new Error(
-            `cannot discover the model of ${engine.url} (set VLLM_MODEL): ${(err as Error).message}`,
+        signal.throwIfAborted();
+        // Every attempt at first, then every tenth: an engine that stays away is one line a minute.
+        if (attempt < 3 || attempt % 10 === 0)
+          log.warn(
+            { engine: engine.url, err: (err as Error).message, attempt },
+            'engine not answering /v1/models yet (set VLLM_MODEL to skip discovery); retrying',
           );
-        log.warn(
-          { engine: engine.url, err: (err as Error).message },
-          'engine not answering /v1/models yet; retrying',
-        );
-        await new Promise((resolve) => setTimeout(resolve, 500));
+        await sleep(Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** attempt), undefined, { signal });
       }
     }
   }

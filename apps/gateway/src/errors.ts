@@ -1,38 +1,142 @@
-// Errors that reach Fastify's error handler, mapped to refusals from the table: a client
-// never sees Fastify's own error shape, and only a bug answers 500.
+// Every answer the edge gives on its own is a refusal from the table, in the OpenAI error
+// shape: errors that reach Fastify's error handler, unknown routes and methods, and the
+// errors Node's HTTP parser answers before Fastify sees a request (431, 408, malformed HTTP).
+// Only a bug answers 500.
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
-import { refusal, type Refusal } from './refuse.js';
+import { UNKNOWN_MODEL } from './labels.js';
+import { refusal, refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 
-export interface ErrorHandlerOptions {
+export interface EdgeErrorOptions {
   maxBodyBytes: number;
+  requestTimeoutSeconds: number;
   refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
+  /** Counts a refusal written straight to the socket. */
+  onRefused(r: Refusal): void;
 }
+
+type HttpError = Pick<FastifyError, 'code' | 'message'> & { statusCode?: number };
 
 /** The refusal for an error, or undefined when it is a bug (answered 500 and logged). */
 export function refusalForError(
-  error: Pick<FastifyError, 'code' | 'message'> & { statusCode?: number },
+  error: HttpError,
   contentType: string | undefined,
-  maxBodyBytes: number,
+  opts: Pick<EdgeErrorOptions, 'maxBodyBytes' | 'requestTimeoutSeconds'>,
 ): Refusal | undefined {
-  if (error.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
-    return refusal('body_too_large', `request body exceeds MAX_BODY_BYTES (${maxBodyBytes} bytes)`);
-  if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE')
-    return refusal(
-      'unsupported_media_type',
-      `content-type must be application/json, got ${JSON.stringify(contentType ?? '')}`,
-    );
-  if (error.code === 'FST_ERR_CTP_EMPTY_JSON_BODY')
-    return refusal('bad_request', 'request body is empty');
+  switch (error.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return bodyTooLarge(opts.maxBodyBytes);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return refusal(
+        'unsupported_media_type',
+        `content-type must be application/json, got ${quote(contentType ?? '')}`,
+      );
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return refusal('bad_request', 'request body is empty');
+  }
+  switch (error.statusCode) {
+    case 404:
+      return refusal('not_found', error.message);
+    case 405:
+      return refusal('method_not_allowed', error.message);
+    case 408:
+      return requestTimeout(opts.requestTimeoutSeconds);
+    case 413:
+      return bodyTooLarge(opts.maxBodyBytes);
+    case 415:
+      return refusal('unsupported_media_type', error.message);
+    case 431:
+      return refusal('headers_too_large', error.message);
+  }
   if (error.statusCode && error.statusCode >= 400 && error.statusCode < 500)
     return refusal('bad_request', error.message);
   return undefined;
 }
 
-export function installErrorHandler(app: FastifyInstance, opts: ErrorHandlerOptions): void {
+/** The refusal for an error of Node's HTTP parser or server, answered on the bare socket. */
+export function refusalForClientError(
+  error: Error & { code?: string },
+  requestTimeoutSeconds: number,
+): Refusal {
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') return requestTimeout(requestTimeoutSeconds);
+  if (error.code === 'HPE_HEADER_OVERFLOW')
+    return refusal('headers_too_large', 'request headers are larger than the server accepts');
+  return refusal('bad_request', `malformed HTTP request (${error.code ?? error.message})`);
+}
+
+export function installErrorHandlers(app: FastifyInstance, opts: EdgeErrorOptions): void {
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const r = refusalForError(error, request.headers['content-type'], opts.maxBodyBytes);
-    if (r) return opts.refuse(reply, '', r);
+    const r = refusalForError(error, request.headers['content-type'], opts);
+    if (r) return opts.refuse(reply, UNKNOWN_MODEL, r);
     app.log.error({ err: error }, 'unhandled error');
-    return opts.refuse(reply, '', refusal('internal_error', 'internal error'));
+    return opts.refuse(reply, UNKNOWN_MODEL, refusal('internal_error', 'internal error'));
   });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?', 1)[0]!;
+    const allowed = METHODS.filter((method) => app.hasRoute({ method, url: path }));
+    if (allowed.length > 0)
+      return opts.refuse(
+        reply.header('allow', allowed.join(', ')),
+        UNKNOWN_MODEL,
+        refusal(
+          'method_not_allowed',
+          `${request.method} is not allowed on ${path}; use ${allowed.join(' or ')}`,
+        ),
+      );
+    return opts.refuse(
+      reply,
+      UNKNOWN_MODEL,
+      refusal('not_found', `no route ${request.method} ${quote(path)}`),
+    );
+  });
+}
+
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
+
+/**
+ * Fastify's `clientErrorHandler`: Node calls it for errors found before a request reaches
+ * Fastify (431, a request not received in time, bytes that are not HTTP). The answer is
+ * written on the socket by hand, then the connection ends: the parser cannot go on.
+ */
+export function clientErrorHandler(
+  opts: Pick<EdgeErrorOptions, 'onRefused' | 'requestTimeoutSeconds'>,
+): (error: Error & { code?: string }, socket: Socket) => void {
+  return (error, socket) => {
+    const pending = (socket as Socket & { _httpMessage?: ServerResponse })._httpMessage;
+    if (error.code === 'ECONNRESET' || !socket.writable || pending?.headersSent) {
+      socket.destroy();
+      return;
+    }
+    const r = refusalForClientError(error, opts.requestTimeoutSeconds);
+    opts.onRefused(r);
+    const body = refusalBody(r);
+    const headers = {
+      ...refusalHeaders(r),
+      'content-length': String(Buffer.byteLength(body)),
+      connection: 'close',
+    };
+    const head = Object.entries(headers)
+      .map(([name, value]) => `${name}: ${value}\r\n`)
+      .join('');
+    socket.end(`HTTP/1.1 ${r.status} ${STATUS_CODES[r.status] ?? ''}\r\n${head}\r\n${body}`);
+    // A client that never reads must not keep the socket: end() waits for the write to drain.
+    setTimeout(() => socket.destroy(), 1000).unref();
+  };
+}
+
+function bodyTooLarge(maxBodyBytes: number): Refusal {
+  return refusal('body_too_large', `request body exceeds MAX_BODY_BYTES (${maxBodyBytes} bytes)`);
+}
+
+function requestTimeout(seconds: number): Refusal {
+  return refusal(
+    'request_timeout',
+    `request not received within GATEWAY_REQUEST_TIMEOUT_SECONDS (${seconds} s)`,
+  );
+}
+
+/** A client's string in a message, quoted and cut short. */
+function quote(text: string): string {
+  return JSON.stringify(text.length > 200 ? `${text.slice(0, 200)}…` : text);
 }

@@ -1,6 +1,10 @@
 // `sluice gateway`: one stateless replica of the HTTP edge.
+//
+// Start-up never waits: the replica listens at once, connects to Redis and learns its
+// engines' model names in the background, and answers 503 until each is there (/readyz
+// says which). Only a wrong Redis password is fatal: waiting cannot fix it.
 import { randomUUID } from 'node:crypto';
-import { ConfigError, createRouter, loadConfig, type SluiceConfig } from '@sluice/config';
+import { ConfigError, loadConfig, type SluiceConfig } from '@sluice/config';
 import {
   collectDefaultMetrics,
   gatewayMetrics,
@@ -8,80 +12,101 @@ import {
   Registry,
 } from '@sluice/observability';
 import { encodeCancel, keySpace } from '@sluice/protocol';
-import { createRedis, redisReady } from '@sluice/redis';
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { discoverModels } from './discovery.js';
-import { installErrorHandler } from './errors.js';
+import { clientErrorHandler, installErrorHandlers } from './errors.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
+import { UNKNOWN_MODEL } from './labels.js';
 import { Passthrough } from './passthrough.js';
 import { PoolQueue } from './pool-queue.js';
+import { RedisProbe } from './redis-probe.js';
 import { refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 import { ReplicaHeartbeat } from './replica.js';
 import { ReplyRouter } from './replies.js';
+import { Routing } from './routing.js';
 import { acceptRawJson, completionRoutes } from './routes/completions.js';
 import { opsRoutes } from './routes/ops.js';
 
 export interface Gateway {
   readonly replicaId: string;
   readonly url: string;
+  /** Resolves (never rejects) with the error this replica cannot run past: a wrong Redis password. */
+  readonly fatal: Promise<Error>;
   close(): Promise<void>;
 }
 
 export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const replicaId = loaded.replica.id ?? `gw-${randomUUID().slice(0, 8)}`;
   const { limits } = loaded;
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'sluice_gateway_' });
+  const metrics = gatewayMetrics(registry);
+  const onClientRefused = (r: Refusal) =>
+    metrics.rejected.inc({ model: UNKNOWN_MODEL, reason: r.reason });
+  const requestTimeoutMs = Math.ceil(limits.requestTimeoutSeconds * 1000);
   const app = Fastify({
     logger: loggerOptions(loaded.logLevel, 'gateway'),
     // Per-request logs would cost more than the request itself on the hot path.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: limits.maxBodyBytes,
+    // Receiving a request is timed (headers and body); answering it is not: held requests
+    // wait minutes. connectionTimeout, the socket's idle timeout, stays off for that reason:
+    // a non-streaming client waits silently for up to its park limit.
+    requestTimeout: requestTimeoutMs,
+    http: {
+      headersTimeout: Math.min(60_000, requestTimeoutMs),
+      // Node checks the two timeouts on this period (30 s by default, longer than the timeout).
+      connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(requestTimeoutMs / 2))),
+    },
+    clientErrorHandler: clientErrorHandler({
+      onRefused: onClientRefused,
+      requestTimeoutSeconds: limits.requestTimeoutSeconds,
+    }),
   });
   const log = app.log;
-  const config = await discoverModels(loaded, 30_000, log);
-  const router = createRouter(config);
-  const keys = keySpace(config.redis.prefix);
-  const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'sluice_gateway_' });
-  const metrics = gatewayMetrics(registry);
+  const routing = new Routing(loaded);
+  const keys = keySpace(loaded.redis.prefix);
   const now = Date.now;
 
-  const redis = createRedis(config.redis.url, {
-    name: `sluice:gateway:${replicaId}:command`,
-    role: 'command',
-  });
-  const bull = createRedis(config.redis.url, {
-    name: `sluice:gateway:${replicaId}:bullmq`,
-    role: 'bullmq',
-  });
-  const subscriber = createRedis(config.redis.url, {
-    name: `sluice:gateway:${replicaId}:replies`,
-    role: 'subscriber',
-  });
-  for (const conn of [redis, bull, subscriber])
+  const connect = (role: 'command' | 'bullmq' | 'subscriber', suffix: string) => {
+    const conn = createRedis(loaded.redis.url, {
+      name: `sluice:gateway:${replicaId}:${suffix}`,
+      role,
+    });
     conn.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
-  await Promise.all([redisReady(redis), redisReady(bull), redisReady(subscriber)]);
+    return conn;
+  };
+  const redis = connect('command', 'command');
+  const bull = connect('bullmq', 'bullmq');
+  const subscriber = connect('subscriber', 'replies');
+  let connected = false;
+  const probe = new RedisProbe(redis, (up) =>
+    up ? log.info('redis answering') : log.warn('redis not answering'),
+  );
+  const redisUp = () => connected && probe.up;
 
   const pools = new Map(
-    config.pools.map((pool) => [
+    loaded.pools.map((pool) => [
       pool.name,
       new PoolQueue(pool, keys, redis, bull, limits.maxPriority, now),
     ]),
   );
+  for (const pool of pools.values())
+    pool.queue.on('error', (err) => log.warn({ err: err.message }, 'queue error'));
   const replies = new ReplyRouter(
     subscriber,
     keys.replyChannel(replicaId),
-    config.relay.silenceTimeoutMs,
+    loaded.relay.silenceTimeoutMs,
     now,
     (kind) => metrics.badFrames.inc({ kind }),
   );
-  await replies.start();
   const heartbeat = new ReplicaHeartbeat(
     redis,
     keys.replicaAlive(replicaId),
-    config.replica.ttlMs,
+    loaded.replica.ttlMs,
     (err) => log.warn({ err }, 'replica heartbeat failed'),
   );
-  await heartbeat.start();
   const passthrough = new Passthrough();
 
   const publishCancel = (jobId: string, reason: string) => {
@@ -96,7 +121,12 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   }
 
   acceptRawJson(app);
-  installErrorHandler(app, { maxBodyBytes: limits.maxBodyBytes, refuse });
+  installErrorHandlers(app, {
+    maxBodyBytes: limits.maxBodyBytes,
+    requestTimeoutSeconds: limits.requestTimeoutSeconds,
+    refuse,
+    onRefused: onClientRefused,
+  });
   const hooksDeps: HeldHooksDeps = {
     heartbeatSeconds: limits.heartbeatSeconds,
     slowClientBytes: limits.slowClientBytes,
@@ -108,9 +138,9 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   await app.register(completionRoutes, {
     replicaId,
     limits,
-    router,
+    routing,
     pools,
-    redis,
+    redisUp,
     replies,
     passthrough,
     metrics,
@@ -118,18 +148,67 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     heldHooks: (pool, model) => heldHooks(hooksDeps, pool, model),
     refuse,
   });
-  await app.register(opsRoutes, { replicaId, config, redis, pools, registry });
+  await app.register(opsRoutes, { replicaId, routing, redisUp, pools, registry });
 
-  const url = await app.listen({ host: config.http.host, port: config.http.port });
-  log.info(
-    { replica: replicaId, url, models: config.pools.flatMap((p) => p.models) },
-    'gateway ready',
-  );
+  let url: string | undefined;
+  let closing = false;
+  let fail!: (err: Error) => void;
+  const fatal = new Promise<Error>((resolve) => (fail = resolve));
+  let announced = false;
+  const announce = () => {
+    if (announced || url === undefined || !connected || !routing.known) return;
+    announced = true;
+    const models = routing.config.pools.flatMap((p) => p.models);
+    log.info({ replica: replicaId, url, models }, 'gateway ready');
+  };
+
+  // Waits as long as Redis takes to appear; rejects only for a wrong password (RedisAuthError)
+  // or a Redis that refuses the subscription. Watched from the start: the connections are
+  // already connecting, and an early refusal must not be missed.
+  void (async () => {
+    await Promise.all([redisReady(redis), redisReady(bull), redisReady(subscriber)]);
+    await replies.start();
+    await heartbeat.start();
+    probe.start();
+    connected = true;
+    announce();
+  })().catch((err: Error) => {
+    if (!closing) fail(err);
+  });
+
+  const discovery = new AbortController();
+  if (!routing.known)
+    void discoverModels(loaded, log, discovery.signal).then(
+      (config) => {
+        routing.update(config);
+        announce();
+      },
+      (err: Error) => {
+        if (!discovery.signal.aborted) fail(err);
+      },
+    );
+
+  try {
+    url = await app.listen({ host: loaded.http.host, port: loaded.http.port });
+  } catch (err) {
+    // Nothing else may keep the process alive once start-up has failed.
+    closing = true;
+    discovery.abort();
+    replies.stop();
+    for (const conn of [redis, bull, subscriber]) conn.disconnect();
+    throw err;
+  }
+  log.info({ replica: replicaId, url }, 'gateway listening');
+  announce();
 
   return {
     replicaId,
     url,
+    fatal,
     async close() {
+      closing = true;
+      discovery.abort();
+      probe.stop();
       replies.stop();
       await heartbeat.stop();
       // Held streams can last minutes: give them a moment, then cut.
@@ -138,11 +217,15 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       clearTimeout(force);
       await passthrough.close();
       await Promise.all([...pools.values()].map((p) => p.close()));
-      await Promise.all(
-        [redis.quit(), bull.quit(), subscriber.quit()].map((p) => p.catch(() => {})),
-      );
+      await Promise.all([redis, bull, subscriber].map(closeRedis));
     },
   };
+}
+
+/** QUIT when connected; a connection still trying to reach Redis is simply dropped. */
+async function closeRedis(conn: Redis): Promise<void> {
+  if (conn.status !== 'ready') return conn.disconnect();
+  await conn.quit().catch(() => conn.disconnect());
 }
 
 export async function runGateway(): Promise<void> {
@@ -158,6 +241,10 @@ export async function runGateway(): Promise<void> {
     throw err;
   }
   const gateway = await startGateway(config);
+  void gateway.fatal.then((err) => {
+    process.stderr.write(`sluice gateway: ${err.message.replace(/\s+/g, ' ')}\n`);
+    process.exit(1);
+  });
   const stop = () => void gateway.close().then(() => process.exit(0));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

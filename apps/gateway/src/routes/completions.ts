@@ -2,24 +2,31 @@
 // answer is already known, else enqueue and hold the client until its reply frames end.
 import { randomUUID } from 'node:crypto';
 import { classify, isAged, retryAfterBounds } from '@sluice/admission';
-import type { Router, SluiceConfig } from '@sluice/config';
+import type { SluiceConfig } from '@sluice/config';
 import { markStage, type GatewayMetrics } from '@sluice/observability';
 import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
-import { sluiceHeaders, type CompletionPath, type JobPayload } from '@sluice/protocol';
-import type { Redis } from '@sluice/redis';
+import {
+  sluiceHeaders,
+  type CompletionPath,
+  type JobPayload,
+  type QueueLevel,
+} from '@sluice/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
+import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
 import type { Passthrough } from '../passthrough.js';
 import type { PoolQueue } from '../pool-queue.js';
 import { refusal, type Refusal } from '../refuse.js';
 import type { ReplyRouter } from '../replies.js';
+import type { Routing } from '../routing.js';
 
 export interface CompletionRoutesOptions {
   replicaId: string;
   limits: SluiceConfig['limits'];
-  router: Router;
+  routing: Routing;
   pools: ReadonlyMap<string, PoolQueue>;
-  redis: Redis;
+  /** Connected and answering: known without a round trip (see RedisProbe). */
+  redisUp(): boolean;
   replies: ReplyRouter;
   passthrough: Passthrough;
   metrics: GatewayMetrics;
@@ -44,8 +51,7 @@ export async function completionRoutes(
   app: FastifyInstance,
   opts: CompletionRoutesOptions,
 ): Promise<void> {
-  const { replicaId, limits, router, pools, redis, replies, passthrough, metrics, now, refuse } =
-    opts;
+  const { replicaId, limits, routing, pools, replies, passthrough, metrics, now, refuse } = opts;
   const log = app.log;
 
   function completion(path: CompletionPath) {
@@ -56,7 +62,7 @@ export async function completionRoutes(
       if (!body)
         return refuse(
           reply,
-          '',
+          UNKNOWN_MODEL,
           refusal('unsupported_media_type', 'content-type must be application/json'),
         );
       let peeked;
@@ -64,16 +70,26 @@ export async function completionRoutes(
         peeked = peekRequest(body);
       } catch (err) {
         if (err instanceof RequestPeekError)
-          return refuse(reply, '', refusal('bad_request', err.message));
+          return refuse(reply, UNKNOWN_MODEL, refusal('bad_request', err.message));
         throw err;
       }
-      const model = peeked.model;
-      const route = router.route(model);
+      const route = routing.router.route(peeked.model);
+      // Configured, when routed: the only model strings that become label values.
+      const model = modelLabel(peeked.model, route !== undefined);
+      if (!route && !routing.known)
+        return refuse(
+          reply,
+          model,
+          refusal(
+            'engine_unreachable',
+            "the engine's model names are not known yet (it has not answered /v1/models)",
+          ),
+        );
       if (!route)
         return refuse(
           reply,
           model,
-          refusal('model_not_found', `The model \`${model}\` does not exist.`),
+          refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`),
         );
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
@@ -82,13 +98,13 @@ export async function completionRoutes(
       }
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
-      if (redis.status !== 'ready')
-        return refuse(
-          reply,
-          model,
-          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'),
-        );
-      if (!(await pool.hasLeader()))
+      const unavailable = () =>
+        refuse(reply, model, refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'));
+      if (!opts.redisUp()) return unavailable();
+      // Cached for a second; a miss asks Redis, bounded by the command timeout.
+      const leader = await pool.hasLeader().catch(() => undefined);
+      if (leader === undefined) return unavailable();
+      if (!leader)
         return refuse(
           reply,
           model,
@@ -164,7 +180,7 @@ export async function completionRoutes(
             : isAged(payload.enqueuedAt, longPrompts, payload.enqueuedAt)
               ? 'aged'
               : 'long';
-        const admitted = await pool.add(jobId, payload, level);
+        const admitted = await addWithin(pool, jobId, payload, level, ENQUEUE_TIMEOUT_MS);
         markStage('gateway.enqueued');
         if (!admitted)
           held.fail(
@@ -183,6 +199,53 @@ export async function completionRoutes(
 
   app.post('/v1/chat/completions', completion('/v1/chat/completions'));
   app.post('/v1/completions', completion('/v1/completions'));
+}
+
+/**
+ * Longest wait for an add: BullMQ's connection never times a command out (it must not, for
+ * its blocking reads), so a Redis that stopped answering would hold the client to its park
+ * limit. Generous, as a busy event loop delays every answer; new requests meanwhile are
+ * refused at once by the probe.
+ */
+const ENQUEUE_TIMEOUT_MS = 5000;
+
+class EnqueueTimeout extends Error {
+  readonly code = 'ERR_SLUICE_ENQUEUE_TIMEOUT';
+}
+
+/**
+ * `pool.add`, given up after `ms`. An add that lands after it was given up is taken back at
+ * once: its client has its answer, so the job must not run. The removal goes on the same
+ * connection, behind the add.
+ */
+async function addWithin(
+  pool: PoolQueue,
+  jobId: string,
+  payload: JobPayload,
+  level: QueueLevel,
+  ms: number,
+): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  let gaveUp = false;
+  const added = pool.add(jobId, payload, level);
+  try {
+    return await Promise.race([
+      added,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          gaveUp = true;
+          reject(new EnqueueTimeout(`queue add not answered within ${ms} ms`));
+        }, ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    if (gaveUp)
+      void added.then(
+        (admitted) => admitted && pool.removeQueued(jobId).catch(() => false),
+        () => undefined,
+      );
+  }
 }
 
 /** Priority from the configured header, clamped to 0..max; absent or unreadable = 0. */

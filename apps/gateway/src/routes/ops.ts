@@ -1,38 +1,47 @@
-// Operations routes: liveness, readiness, metrics, and the model list.
-import type { SluiceConfig } from '@sluice/config';
+// Operations routes: liveness, readiness, metrics, and the model list. None of them waits
+// on Redis for longer than the command timeout, and /healthz not at all.
 import type { Registry } from '@sluice/observability';
-import { redisHealthy, type Redis } from '@sluice/redis';
 import type { FastifyInstance } from 'fastify';
 import type { PoolQueue } from '../pool-queue.js';
+import type { Routing } from '../routing.js';
 
 export interface OpsRoutesOptions {
   replicaId: string;
-  config: SluiceConfig;
-  redis: Redis;
+  routing: Routing;
+  /** Connected and answering (see RedisProbe). */
+  redisUp(): boolean;
   pools: ReadonlyMap<string, PoolQueue>;
   registry: Registry;
 }
 
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
-  const { replicaId, config, redis, pools, registry } = opts;
-  app.get('/v1/models', async () => ({
-    object: 'list',
-    data: [...config.pools.flatMap((p) => p.models), ...config.passthrough.map((p) => p.model)].map(
-      (id) => ({ id, object: 'model', created: 0, owned_by: 'sluice' }),
-    ),
-  }));
+  const { replicaId, routing, pools, registry } = opts;
+  app.get('/v1/models', async () => {
+    const { config } = routing;
+    return {
+      object: 'list',
+      data: [
+        ...config.pools.flatMap((p) => p.models),
+        ...config.passthrough.map((p) => p.model),
+      ].map((id) => ({ id, object: 'model', created: 0, owned_by: 'sluice' })),
+    };
+  });
   app.get('/healthz', async () => ({ status: 'ok', replica: replicaId }));
+  // Ready: Redis answers, every pool has a leading dispatcher, and every model name is known.
   app.get('/readyz', async (_request, reply) => {
-    const redisOk = await redisHealthy(redis);
-    const leaders = redisOk
+    const redis = opts.redisUp();
+    const leaders = redis
       ? await Promise.all(
-          [...pools.values()].map(async (p) => [p.pool.name, await p.hasLeader()] as const),
+          [...pools.values()].map(
+            async (p) => [p.pool.name, await p.hasLeader().catch(() => false)] as const,
+          ),
         )
       : [];
-    const ready = redisOk && leaders.every(([, ok]) => ok);
+    const models = routing.known;
+    const ready = redis && models && leaders.every(([, ok]) => ok);
     return reply
       .code(ready ? 200 : 503)
-      .send({ redis: redisOk, leaders: Object.fromEntries(leaders) });
+      .send({ redis, leaders: Object.fromEntries(leaders), models });
   });
   app.get('/metrics', async (_request, reply) =>
     reply.type(registry.contentType).send(await registry.metrics()),
