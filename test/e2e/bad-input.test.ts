@@ -1,5 +1,6 @@
 // Every boundary answers bad input with the documented status and a message that says
 // what was wrong; the process stays up and nothing reaches the engine.
+import { connect } from 'node:net';
 import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -92,6 +93,69 @@ describe('bad input at the gateway', () => {
     expect(res.headers.get('x-sluice-reject-reason')).toBe('unsupported_media_type');
   });
 
+  it('answers invalid UTF-8 with 400 saying at which byte', async () => {
+    const before = '{"model":"m","messages":[{"role":"user","content":"a';
+    const body = Buffer.concat([
+      Buffer.from(before),
+      Buffer.from([0xc3, 0x28]),
+      Buffer.from('"}]}'),
+    ]);
+    const res = await post(body);
+    expect(res.status).toBe(400);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('bad_request');
+    const error = ((await res.json()) as { error: { message: string } }).error;
+    expect(error.message).toBe(`invalid JSON at byte ${before.length}: invalid UTF-8 (byte 0xc3)`);
+  });
+
+  it.each([
+    ['an unknown route', 'GET', '/v1/embeddings', 404, 'not_found'],
+    ['an unknown route with a body', 'POST', '/nope', 404, 'not_found'],
+    ['a wrong method', 'GET', '/v1/chat/completions', 405, 'method_not_allowed'],
+    ['a wrong method on an ops route', 'POST', '/healthz', 405, 'method_not_allowed'],
+  ])('answers %s in the OpenAI shape', async (_name, method, path, status, reason) => {
+    const res = await fetch(`${gateway.url}${path}`, {
+      method,
+      ...(method === 'POST' ? { headers: { 'content-type': 'application/json' }, body: '{}' } : {}),
+    });
+    expect(res.status).toBe(status);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe(reason);
+    const error = ((await res.json()) as { error: Record<string, unknown> }).error;
+    expect(error).toEqual({
+      message: expect.any(String),
+      type: 'invalid_request_error',
+      param: null,
+      code: reason,
+    });
+    if (status === 405) expect(res.headers.get('allow')).toMatch(/GET|POST/);
+  });
+
+  it('answers headers over the limit with 431 in the OpenAI shape', async () => {
+    const res = await rawRequest(
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\ncontent-length: 2\r\n\r\n{}`,
+    );
+    expect(res.status).toBe(431);
+    expect(res.headers['x-sluice-reject-reason']).toBe('headers_too_large');
+    expect(JSON.parse(res.body)).toEqual({
+      error: {
+        message: expect.any(String),
+        type: 'invalid_request_error',
+        param: null,
+        code: 'headers_too_large',
+      },
+    });
+  });
+
+  it('answers bytes that are not HTTP with 400 in the OpenAI shape', async () => {
+    const res = await rawRequest('GARBAGE\x01 / HTTP/1.1\r\n\r\n');
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body).error.code).toBe('bad_request');
+  });
+
+  it('counts what the HTTP parser refused under the model label "unknown"', async () => {
+    const text = await (await fetch(`${gateway.url}/metrics`)).text();
+    expect(text).toMatch(/sluice_rejected_total\{model="unknown",reason="headers_too_large"\} 1/);
+  });
+
   it('stays up, and nothing of the above reached the engine', async () => {
     expect((await fetch(`${gateway.url}/healthz`)).status).toBe(200);
     const ok = await post(
@@ -104,7 +168,7 @@ describe('bad input at the gateway', () => {
   it('reports readiness: Redis reachable and a dispatcher leading', async () => {
     const res = await fetch(`${gateway.url}/readyz`);
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ redis: true, leaders: { default: true } });
+    expect(await res.json()).toEqual({ redis: true, leaders: { default: true }, models: true });
   });
 
   it('counts and drops reply messages that do not decode, and keeps serving', async () => {
@@ -136,3 +200,28 @@ describe('bad input at the gateway', () => {
     expect(ok.status).toBe(200);
   });
 });
+
+/** Sends raw bytes and reads the whole answer (the server closes after an error). */
+function rawRequest(
+  text: string,
+): Promise<{ status: number; headers: Record<string, string>; body: string }> {
+  const { hostname, port } = new URL(gateway.url);
+  return new Promise((resolve, reject) => {
+    const socket = connect({ host: hostname, port: Number(port) }, () => socket.end(text));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const raw = Buffer.concat(chunks).toString('utf8');
+      const [head = '', body = ''] = raw.split('\r\n\r\n');
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers = Object.fromEntries(
+        lines.map((l) => [
+          l.slice(0, l.indexOf(':')).toLowerCase(),
+          l.slice(l.indexOf(':') + 1).trim(),
+        ]),
+      );
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body });
+    });
+  });
+}
