@@ -4,7 +4,7 @@
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Job } from 'bullmq';
-import type { CancelBook } from './cancels.js';
+import type { CancelBook, CancelledError } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
 import type { InflightJob } from './ledger.js';
 import type { RelayHub } from './relay.js';
@@ -54,14 +54,50 @@ export class JobRunner {
     return this.discard(job, token, 'past_deadline');
   }
 
-  /** Runs a job counted in flight by the ledger. */
+  /** Runs a job counted in flight by the ledger; never rejects. */
   async run(entry: InflightJob): Promise<void> {
+    try {
+      await this.runJob(entry);
+    } catch (err) {
+      // Nothing above is meant to throw; should something, the process must not die of it.
+      this.deps.log.error({ jobId: entry.id, err }, 'job run failed');
+    }
+  }
+
+  /**
+   * Whether the replica holding the job's client is alive. When Redis cannot tell (it is
+   * unreachable), the job runs: a blip must not cost a request, and a client that really
+   * is gone is noticed by the replica and Redis-loss checks, which cancel the engine request.
+   */
+  private async replicaAlive(entry: InflightJob): Promise<boolean> {
+    try {
+      return await this.deps.replicas.isAlive(entry.payload.replica);
+    } catch (err) {
+      this.deps.log.warn(
+        { jobId: entry.id, err: (err as Error).message },
+        'replica liveness check failed: running the job',
+      );
+      return true;
+    }
+  }
+
+  private async runJob(entry: InflightJob): Promise<void> {
     const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
     const { job, token, engine, payload, work, id: jobId } = entry;
     const skip = (reason: string) => this.discard(job, token, reason);
-    if (!(await this.deps.replicas.isAlive(payload.replica))) return skip('client_gone');
+    if (!(await this.replicaAlive(entry))) return skip('client_gone');
     const controller = cancels.register(jobId);
-    if (!controller) return skip('cancelled');
+    if (controller.signal.aborted) {
+      cancels.unregister(jobId);
+      const why = controller.signal.reason as CancelledError;
+      // A client that cancelled knows; one whose job this dispatcher lost is told.
+      if (why.frameCode !== 'cancelled') {
+        const relay = hub.open(jobId, keys.replyChannel(payload.replica));
+        relay.error({ code: why.frameCode, message: `request not started: ${why.message}` });
+        hub.close(relay);
+      }
+      return skip('cancelled');
+    }
 
     let degraded;
     try {
@@ -94,6 +130,7 @@ export class JobRunner {
       hub.close(relay);
     }
     metrics.completed.inc({ pool, outcome });
+    // Fails when the job is no longer ours (lock lost, Redis restarted empty): nothing to record.
     if (outcome === 'ok') await job.moveToCompleted('ok', token, false).catch(() => {});
     else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});
   }

@@ -28,6 +28,7 @@ export interface LedgerDeps {
 
 export class InflightLedger {
   private readonly jobs = new Map<string, InflightJob>();
+  private idleWaiters: Array<() => void> = [];
 
   constructor(private readonly deps: LedgerDeps) {}
 
@@ -41,6 +42,12 @@ export class InflightLedger {
 
   values(): IterableIterator<InflightJob> {
     return this.jobs.values();
+  }
+
+  /** Resolves when nothing is in flight. */
+  idle(): Promise<void> {
+    if (this.jobs.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
   /** Counts `job` in flight on `engine`, before anything awaits. */
@@ -80,5 +87,6 @@ export class InflightLedger {
     engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
     this.deps.metrics.inflight.set({ pool: this.deps.pool, engine: engine.name }, engine.inflight);
     entry.work.finished();
+    if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
 }

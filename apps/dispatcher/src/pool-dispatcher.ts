@@ -17,12 +17,13 @@ import { createEngineSlot, observeEngine, type EngineSlot } from './engine-slot.
 import { Holding } from './holding.js';
 import { JobRunner } from './job-runner.js';
 import { Lease } from './lease.js';
-import { InflightLedger } from './ledger.js';
+import { InflightLedger, type InflightJob } from './ledger.js';
 import { LockRenewal } from './lock-renewal.js';
 import { PoolStats } from './pool-stats.js';
 import { PrefillRate, settlePending } from './prefill-tracker.js';
 import type { RelayHub } from './relay.js';
 import { ReleaseLoop } from './release-loop.js';
+import { limitedWarn } from './warn-limit.js';
 import type { ReplicaLiveness } from './replicas.js';
 
 export interface PoolDispatcherDeps {
@@ -91,7 +92,10 @@ export class PoolDispatcher {
       // while BullMQ counted the queue as full, e.g. during a hold in flight).
       drainDelay: 1,
     });
-    this.worker.on('error', (err) => log.error({ err, pool: name }, 'bullmq worker error'));
+    // Without listeners, BullMQ prints every connection error of an outage as a stack trace.
+    const warn = limitedWarn(log);
+    this.worker.on('error', (err) => warn('bullmq worker error', err, { pool: name }));
+    this.queue.on('error', (err) => warn('bullmq queue error', err, { pool: name }));
     this.engines = pool.engines.map((config) =>
       createEngineSlot(config, { timeouts: deps.timeouts, scrape: deps.scrape, now }),
     );
@@ -134,7 +138,7 @@ export class PoolDispatcher {
       deps.id,
       leaseTtlMs,
       { acquired: () => this.onAcquired(), lost: () => this.onLost() },
-      (err) => log.warn({ err, pool: name }, 'lease renewal failed'),
+      (err) => warn('lease renewal failed', err, { pool: name }),
     );
     this.load = new PoolLoad(pool.degradation);
     this.ledger = new InflightLedger({
@@ -159,7 +163,7 @@ export class PoolDispatcher {
       isLeader: () => this.lease.isLeader,
       loadState: () => this.load.profile,
       now,
-      failed: (err) => log.warn({ err, pool: name }, 'publishing pool stats failed'),
+      failed: (err) => warn('publishing pool stats failed', err, { pool: name }),
     });
     this.runner = new JobRunner({
       pool: name,
@@ -178,8 +182,8 @@ export class PoolDispatcher {
       worker: this.worker,
       ledger: this.ledger,
       lockDurationMs: leaseTtlMs,
-      lost: (entry) => log.warn({ pool: name, jobId: entry.id }, 'job lock lost'),
-      failed: (err) => log.warn({ err }, 'extending job locks failed'),
+      lost: (entry) => this.lockLost(entry),
+      failed: (err) => warn('extending job locks failed', err, { pool: name }),
     });
     this.loop = new ReleaseLoop({
       id: deps.id,
@@ -219,16 +223,33 @@ export class PoolDispatcher {
     this.timers.push(stats, load);
   }
 
+  /**
+   * Stops taking and hands the lease over at once (the key is deleted: a standby leads within
+   * one of its attempts), lets the jobs in flight finish with their locks renewed, then
+   * closes. The release loop ends before the worker closes: a take blocked at the handover
+   * returns within BullMQ's drainDelay, and a job it got goes back to the queue while the
+   * worker can still move it; closing the worker under it would strand the job active with a
+   * lock nobody renews, to be failed by the next leader's stalled check.
+   */
   async close(): Promise<void> {
     this.closing = true;
     for (const t of this.timers) clearInterval(t);
-    this.locks.stop();
     await this.lease.stop();
-    this.loop.wake();
-    await this.worker.close(true);
     await this.loop.stopped();
-    await this.queue.close();
+    await this.ledger.idle();
+    this.locks.stop();
+    await this.worker.close(true).catch(() => {});
+    await this.queue.close().catch(() => {});
     await Promise.all(this.engines.map((e) => Promise.all([e.client.close(), e.observer.stop()])));
+  }
+
+  /** The job's lock could not be extended: another dispatcher may run it; stop ours. */
+  private lockLost(entry: InflightJob): void {
+    this.deps.log.warn(
+      { pool: this.pool.name, jobId: entry.id },
+      'job lock lost: cancelling its engine request',
+    );
+    this.deps.cancels.cancel(entry.id, 'the dispatcher lost the job', 'dispatcher_lost');
   }
 
   private onAcquired(): void {

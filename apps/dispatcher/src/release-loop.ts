@@ -40,11 +40,17 @@ export class ReleaseLoop {
 
   constructor(private readonly deps: ReleaseLoopDeps) {}
 
-  /** Starts the loop unless it runs already. */
+  /**
+   * Starts the loop unless it runs already. A loop that is ending (the lease was lost while
+   * it was blocked in a take) starts again at its end if the lease was re-won meanwhile.
+   */
   start(): void {
-    this.running ??= this.loop().finally(() => {
-      this.running = undefined;
-    });
+    this.running ??= this.loop()
+      .catch((err: unknown) => this.deps.log.error({ err }, 'release loop failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.deps.mayTake()) this.start();
+      });
   }
 
   /** Resolves once the loop has ended (after `mayTake` turned false and it was woken). */

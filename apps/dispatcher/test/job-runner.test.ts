@@ -11,6 +11,7 @@ import {
 } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import {
+  eventually,
   startEngineSim,
   startRedis,
   type TestEngineSim,
@@ -72,13 +73,13 @@ const engine = () =>
     },
   );
 
-function runner() {
+function runner(replicas = new ReplicaLiveness(command, keys, 0, Date.now)) {
   return new JobRunner({
     pool: 'p',
     keys,
     hub,
     cancels,
-    replicas: new ReplicaLiveness(command, keys, 0, Date.now),
+    replicas,
     metrics,
     load: new PoolLoad({ ...defaultDegradation, enabled: false }),
     maxParkSeconds: 60,
@@ -138,6 +139,8 @@ describe('job runner', () => {
     const { job, entry, frames } = await take();
     await runner().run(entry);
     ledger.complete(entry);
+    // Frames reach the subscriber after the run has published them.
+    await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
     const types = frames.map((f) => f.type);
     expect(types[0]).toBe('start');
     expect(types[1]).toBe('head');
@@ -164,6 +167,49 @@ describe('job runner', () => {
     await runner().run(entry);
     ledger.complete(entry);
     expect(await queue.getJobState(job.id!)).toBe('failed');
+    expect((await sim.state()).receivedTotal).toBe(before);
+  });
+
+  it('runs a job whose replica cannot be checked (its Redis is unreachable) and never rejects', async () => {
+    const other = await startRedis();
+    const gone = createRedis(other.url, { name: 'gone', role: 'command' });
+    gone.on('error', () => {});
+    await redisReady(gone);
+    await other.stop();
+    try {
+      const { job, entry, frames } = await take();
+      await expect(
+        runner(new ReplicaLiveness(gone, keys, 0, Date.now)).run(entry),
+      ).resolves.toBeUndefined();
+      ledger.complete(entry);
+      await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+      expect(await queue.getJobState(job.id!)).toBe('completed');
+    } finally {
+      gone.disconnect();
+    }
+  });
+
+  it('tells the client dispatcher_lost and frees the engine slot when its job is lost mid-stream', async () => {
+    const { job, entry, frames } = await take({ maxTokens: 100_000 });
+    const run = runner().run(entry);
+    await eventually(() => frames.some((f) => f.type === 'data'), 'the first data frame');
+    cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
+    await run;
+    ledger.complete(entry);
+    const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
+    expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    await eventually(async () => (await sim.state()).running === 0, 'the engine to drop it');
+  });
+
+  it('tells the client dispatcher_lost when its job is lost before the engine call', async () => {
+    const before = (await sim.state()).receivedTotal as number;
+    const { job, entry, frames } = await take();
+    cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
+    await runner().run(entry);
+    ledger.complete(entry);
+    const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
+    expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
     expect((await sim.state()).receivedTotal).toBe(before);
   });
 });
