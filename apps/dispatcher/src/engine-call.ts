@@ -72,9 +72,11 @@ export class EngineClient {
       return response.statusCode < 500 ? 'ok' : 'engine_error';
     } catch (err) {
       if (signal.aborted) {
-        const reason =
-          signal.reason instanceof CancelledError ? signal.reason.message : 'cancelled';
-        relay.error({ code: 'cancelled', message: `request cancelled: ${reason}` });
+        const why = signal.reason instanceof CancelledError ? signal.reason : undefined;
+        relay.error({
+          code: why?.frameCode ?? 'cancelled',
+          message: `request cancelled: ${why?.message ?? 'cancelled'}`,
+        });
         return 'cancelled';
       }
       const message = err instanceof Error ? err.message : String(err);

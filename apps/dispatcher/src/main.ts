@@ -8,13 +8,15 @@ import {
   Registry,
 } from '@sluice/observability';
 import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
-import { createRedis, redisHealthy, redisReady } from '@sluice/redis';
+import { createRedis, RedisAuthError, redisHealthy, redisReady } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
+import { Reach } from './reach.js';
 import { RelayHub } from './relay.js';
 import { ReplicaLiveness } from './replicas.js';
+import { limitedWarn } from './warn-limit.js';
 
 export interface Dispatcher {
   readonly id: string;
@@ -47,6 +49,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   collectDefaultMetrics({ register: registry, prefix: 'sluice_dispatcher_' });
   const metrics = dispatcherMetrics(registry);
   const now = Date.now;
+  const warn = limitedWarn(log);
 
   const redis = createRedis(config.redis.url, {
     name: `sluice:dispatcher:${id}:command`,
@@ -60,78 +63,112 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     name: `sluice:dispatcher:${id}:cancel`,
     role: 'subscriber',
   });
-  for (const conn of [redis, bull, subscriber])
-    conn.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
-  await Promise.all([redisReady(redis), redisReady(bull), redisReady(subscriber)]);
+  const connections = [redis, bull, subscriber];
+  for (const conn of connections) conn.on('error', (err) => warn('redis connection error', err));
+  const quitAll = () => Promise.all(connections.map((c) => c.quit().catch(() => {})));
 
-  const hub = new RelayHub(redis, config.relay.livenessMs, now, (type, bytes) => {
-    metrics.relayFrames.inc({ type });
-    if (bytes > 0) metrics.relayBytes.inc(bytes);
+  // Listen at once: /healthz answers while Redis is away, /readyz says why it is not ready.
+  const pools: PoolDispatcher[] = [];
+  app.get('/metrics', async (_request, reply) =>
+    reply.type(registry.contentType).send(await registry.metrics()),
+  );
+  app.get('/healthz', async () => ({ status: 'ok', id }));
+  app.get('/readyz', async (_request, reply) => {
+    const ok = pools.length > 0 && (await redisHealthy(redis));
+    return reply
+      .code(ok ? 200 : 503)
+      .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
   });
+  const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
+  log.info({ id, url }, 'dispatcher listening: waiting for Redis');
+
+  // Waits as long as Redis takes to appear; a wrong password rejects (RedisAuthError).
+  try {
+    await Promise.all(connections.map((c) => redisReady(c)));
+  } catch (err) {
+    await app.close();
+    await quitAll();
+    throw err;
+  }
+
   const cancels = new CancelBook(60_000, now);
   const pruneCancels = setInterval(() => cancels.prune(), 10_000);
   pruneCancels.unref();
+  const reach = new Reach({
+    redis,
+    keys,
+    cancels,
+    ledgers: () => pools.map((p) => p.ledger),
+    replicaTtlMs: config.replica.ttlMs,
+    lossGraceMs: config.limits.redisLossGraceSeconds * 1000,
+    log,
+    now,
+  });
+  const hub = new RelayHub(
+    redis,
+    config.relay.livenessMs,
+    now,
+    (type, bytes) => {
+      metrics.relayFrames.inc({ type });
+      if (bytes > 0) metrics.relayBytes.inc(bytes);
+    },
+    (channel) => reach.unheard(channel),
+  );
   const replicas = new ReplicaLiveness(redis, keys, 500, now);
 
-  await subscriber.subscribe(keys.cancelChannel);
   subscriber.on('message', (_channel: string, message: string) => {
     try {
       const { jobId, reason } = decodeCancel(message);
       cancels.cancel(jobId, reason);
     } catch (err) {
       if (err instanceof ProtocolError) log.warn({ err: err.message }, 'bad cancel message');
-      else throw err;
+      else log.error({ err }, 'cancel message failed');
     }
   });
+  // The subscriber resubscribes by itself after a reconnect; this first one may meet an outage.
+  await subscriber
+    .subscribe(keys.cancelChannel)
+    .catch((err: unknown) => warn('subscribing to cancels failed', err));
 
-  const pools = config.pools.map(
-    (pool) =>
-      new PoolDispatcher(pool, {
-        id,
-        keys,
-        redis,
-        bullConnection: bull,
-        hub,
-        cancels,
-        replicas,
-        metrics,
-        leaseTtlMs: config.lease.ttlMs,
-        maxPriority: config.limits.maxPriority,
-        timeouts: {
-          headersTimeoutMs: config.engine.headersTimeoutMs,
-          bodyTimeoutMs: config.engine.bodyTimeoutMs,
-        },
-        policy: {
-          kvThreshold: config.admission.kvThreshold,
-          failMode: config.admission.failMode,
-          // Gauges older than the observer's stale window count as stale even before it flips.
-          maxGaugeAgeMs: config.engine.scrapeIntervalMs * (config.engine.staleAfterFailures + 1),
-        },
-        scrape: {
-          intervalMs: config.engine.scrapeIntervalMs,
-          staleAfterFailures: config.engine.staleAfterFailures,
-        },
-        maxInflightSource: config.maxInflightSource,
-        gpuUtilization: () => gpuUtilization(gpu, config.engine.scrapeIntervalMs * 4),
-        log,
-        now,
-      }),
+  pools.push(
+    ...config.pools.map(
+      (pool) =>
+        new PoolDispatcher(pool, {
+          id,
+          keys,
+          redis,
+          bullConnection: bull,
+          hub,
+          cancels,
+          replicas,
+          metrics,
+          leaseTtlMs: config.lease.ttlMs,
+          maxPriority: config.limits.maxPriority,
+          timeouts: {
+            headersTimeoutMs: config.engine.headersTimeoutMs,
+            bodyTimeoutMs: config.engine.bodyTimeoutMs,
+          },
+          policy: {
+            kvThreshold: config.admission.kvThreshold,
+            failMode: config.admission.failMode,
+            // Gauges older than the observer's stale window count as stale even before it flips.
+            maxGaugeAgeMs: config.engine.scrapeIntervalMs * (config.engine.staleAfterFailures + 1),
+          },
+          scrape: {
+            intervalMs: config.engine.scrapeIntervalMs,
+            staleAfterFailures: config.engine.staleAfterFailures,
+          },
+          maxInflightSource: config.maxInflightSource,
+          gpuUtilization: () => gpuUtilization(gpu, config.engine.scrapeIntervalMs * 4),
+          log,
+          now,
+        }),
+    ),
   );
-
-  app.get('/metrics', async (_request, reply) =>
-    reply.type(registry.contentType).send(await registry.metrics()),
-  );
-  app.get('/healthz', async () => ({ status: 'ok', id }));
-  app.get('/readyz', async (_request, reply) => {
-    const ok = await redisHealthy(redis);
-    return reply
-      .code(ok ? 200 : 503)
-      .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
-  });
 
   const gpu = await startGpu(config.gpu, metrics, () => pools.forEach((p) => p.poke()), log);
   await Promise.all(pools.map((p) => p.start()));
-  const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
+  reach.start();
   log.info(
     {
       id,
@@ -150,13 +187,14 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     url,
     async close() {
       clearInterval(pruneCancels);
+      // Pools hand their leases over first and finish their jobs; only then is nobody
+      // left whose client a check could find unreachable.
       await Promise.all(pools.map((p) => p.close()));
+      reach.stop();
       await gpu?.stop();
       hub.stop();
       await app.close();
-      await Promise.all(
-        [redis.quit(), bull.quit(), subscriber.quit()].map((p) => p.catch(() => {})),
-      );
+      await quitAll();
     },
   };
 }
@@ -173,8 +211,30 @@ export async function runDispatcher(): Promise<void> {
     }
     throw err;
   }
-  const dispatcher = await startDispatcher(config);
-  const stop = () => void dispatcher.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  let dispatcher: Dispatcher;
+  try {
+    dispatcher = await startDispatcher(config);
+  } catch (err) {
+    if (err instanceof RedisAuthError) {
+      process.stderr.write(`sluice dispatcher: ${err.message}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+  // SIGTERM (a rolling update): hand the lease over, finish the jobs in flight, exit. A second
+  // signal does not wait for them.
+  let stopping = false;
+  const stop = () => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    dispatcher.close().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`sluice dispatcher: shutdown failed: ${String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
 }

@@ -105,6 +105,8 @@ export class RelayHub {
     readonly livenessMs: number,
     private readonly now: () => number,
     private readonly onFrame: (type: Frame['type'], bytes: number) => void = () => {},
+    /** A publish on `channel` reached no subscriber: no gateway holds its clients now. */
+    private readonly onUnheard: (channel: string) => void = () => {},
   ) {
     this.timer = setInterval(() => this.sendLiveness(), Math.max(50, Math.floor(livenessMs / 2)));
     this.timer.unref();
@@ -155,24 +157,38 @@ export class RelayHub {
     // An explicit pipeline goes out in one write now; a plain publish on the auto-pipelined
     // connection would wait for yet another turn.
     const pipeline = this.publisher.pipeline();
+    const channels: string[] = [];
     for (const [channel, frames] of this.outbox) {
       let first = 0;
       let bytes = 0;
       frames.forEach((frame, i) => {
         if (i > first && bytes + frame.length > BUNDLE_BYTES) {
           pipeline.publish(channel, bundle(frames.slice(first, i)));
+          channels.push(channel);
           first = i;
           bytes = 0;
         }
         bytes += 4 + frame.length;
       });
       pipeline.publish(channel, bundle(frames.slice(first)));
+      channels.push(channel);
     }
     this.outbox.clear();
     this.flushScheduled = false;
     // A failed publish is not retried: the gateway notices the gap or the silence and
     // tells its client, which is the honest outcome.
-    if (pipeline.length > 0) pipeline.exec().catch(() => {});
+    // PUBLISH answers the number of subscribers that got the message.
+    if (pipeline.length === 0) return;
+    pipeline.exec().then(
+      (results) => {
+        const unheard = new Set<string>();
+        results?.forEach(([err, receivers], i) => {
+          if (!err && receivers === 0) unheard.add(channels[i]!);
+        });
+        for (const channel of unheard) this.onUnheard(channel);
+      },
+      () => {},
+    );
   }
 
   private sendLiveness(): void {

@@ -114,6 +114,12 @@ export interface SluiceConfig {
     slowClientBytes: number;
     /** Receiving one request (headers and body), not answering it. */
     requestTimeoutSeconds: number;
+    /** Seconds a client's socket may go without draining before its request is cut. */
+    slowClientStallSeconds: number;
+    /** Seconds the gateway's reply connection may be down before held clients are answered. */
+    redisLossGraceSeconds: number;
+    /** Seconds a gateway keeps serving held requests after SIGTERM. */
+    shutdownDrainSeconds: number;
     /** Lower-cased header name. */
     priorityHeader: string;
     maxPriority: number;

@@ -30,6 +30,9 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   SSE_HEARTBEAT_SECONDS: (c) => c.limits.heartbeatSeconds,
   SLUICE_SLOW_CLIENT_BYTES: (c) => c.limits.slowClientBytes,
   GATEWAY_REQUEST_TIMEOUT_SECONDS: (c) => c.limits.requestTimeoutSeconds,
+  SLUICE_SLOW_CLIENT_STALL_SECONDS: (c) => c.limits.slowClientStallSeconds,
+  SLUICE_REDIS_LOSS_GRACE_SECONDS: (c) => c.limits.redisLossGraceSeconds,
+  SLUICE_SHUTDOWN_DRAIN_SECONDS: (c) => c.limits.shutdownDrainSeconds,
   SLUICE_PRIORITY_HEADER: (c) => c.limits.priorityHeader,
   SLUICE_MAX_PRIORITY: (c) => c.limits.maxPriority,
   ENGINE_SCRAPE_INTERVAL_MS: (c) => c.engine.scrapeIntervalMs,
@@ -94,6 +97,9 @@ export const bad: Record<VariableName, string[]> = {
   SSE_HEARTBEAT_SECONDS: ['0', '-1', 'x', '0.0'],
   SLUICE_SLOW_CLIENT_BYTES: ['1023', '4MB'],
   GATEWAY_REQUEST_TIMEOUT_SECONDS: ['0', '-1', '30s', '2147484'],
+  SLUICE_SLOW_CLIENT_STALL_SECONDS: ['0', '-1', '30s', '2147484'],
+  SLUICE_REDIS_LOSS_GRACE_SECONDS: ['0', '-1', '5s'],
+  SLUICE_SHUTDOWN_DRAIN_SECONDS: ['-1', '25s', '2147484'],
   SLUICE_PRIORITY_HEADER: ['x priority', 'x:p', 'é', 'x-p\n'],
   SLUICE_MAX_PRIORITY: ['-1', '699050', '2097151', '1.5'],
   ENGINE_SCRAPE_INTERVAL_MS: ['49', '0', '2147483648', '500ms'],
@@ -205,6 +211,15 @@ export const good: Record<
   GATEWAY_REQUEST_TIMEOUT_SECONDS: [
     ['1', 1],
     ['0.5', 0.5],
+  ],
+  SLUICE_SLOW_CLIENT_STALL_SECONDS: [
+    ['0.5', 0.5],
+    ['120', 120],
+  ],
+  SLUICE_REDIS_LOSS_GRACE_SECONDS: [['1.5', 1.5]],
+  SLUICE_SHUTDOWN_DRAIN_SECONDS: [
+    ['0', 0],
+    ['1', 1],
   ],
   SLUICE_PRIORITY_HEADER: [
     ['X-Priority', 'x-priority'],

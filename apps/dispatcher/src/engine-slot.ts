@@ -1,0 +1,183 @@
+// One engine of a pool as the dispatcher sees it: its client, what its scrapes say, and the
+// counters the gate and the prefill rules read. The in-flight counts are changed only by the
+// ledger (ledger.ts); this module turns the engine's scrapes into gauges and metrics.
+import { bypassTraffic, type GatePolicy, type PrefillView } from '@sluice/admission';
+import type { EngineConfig, MaxInflightSource } from '@sluice/config';
+import {
+  createEngineObserver,
+  type EngineObserver,
+  type ObservedEngine,
+} from '@sluice/engine-metrics';
+import type { DispatcherMetrics } from '@sluice/observability';
+import { EngineClient, type EngineTimeouts } from './engine-call.js';
+import {
+  emptyCounters,
+  scraped,
+  type PrefillCounters,
+  type PrefillRate,
+} from './prefill-tracker.js';
+
+export interface EngineSlot extends PrefillView, PrefillCounters {
+  client: EngineClient;
+  observer: EngineObserver;
+  /** The observed state behind `gauges` and `health`. */
+  observed?: ObservedEngine;
+  degraded: boolean;
+  /**
+   * Lowest in-flight count since the previous scrape. A scrape can only have counted our
+   * requests that were released before it: taking the lowest count of the window leaves out
+   * the ones released while it was on the wire, so they are never mistaken for ours on the
+   * engine and bypass traffic is never underestimated (it errs toward holding back).
+   */
+  inflightFloor: number;
+  /** The engine's prefill histogram sums at the previous scrape. */
+  prefillTotals?: { promptTokens: number; seconds: number } | undefined;
+}
+
+export function createEngineSlot(
+  config: EngineConfig,
+  opts: {
+    timeouts: EngineTimeouts;
+    scrape: { intervalMs: number; staleAfterFailures: number };
+    now: () => number;
+  },
+): EngineSlot {
+  return {
+    ...emptyCounters(),
+    name: config.name,
+    lane: config.lane,
+    inflight: 0,
+    cap: config.maxInflight,
+    health: 'unknown' as const,
+    degraded: false,
+    inflightFloor: 0,
+    client: new EngineClient(config, opts.timeouts),
+    observer: createEngineObserver({
+      name: config.name,
+      url: config.url,
+      intervalMs: opts.scrape.intervalMs,
+      staleAfterFailures: opts.scrape.staleAfterFailures,
+      ...(config.apiKey ? { apiKey: config.apiKey } : {}),
+      now: opts.now,
+    }),
+  };
+}
+
+/** Long prompts in flight and in prefill on `engine`, and the pool's prefill rate. */
+export function setPrefillMetrics(
+  metrics: DispatcherMetrics,
+  pool: string,
+  rate: PrefillRate,
+  engine?: EngineSlot,
+): void {
+  if (engine) {
+    const labels = { pool, engine: engine.name };
+    metrics.longInflight.set(labels, engine.longInflight);
+    metrics.longInPrefill.set(labels, engine.longInPrefill);
+  }
+  if (rate.current !== undefined) metrics.prefillRate.set({ pool }, rate.current);
+}
+
+export interface ObservationDeps {
+  pool: string;
+  metrics: DispatcherMetrics;
+  policy: GatePolicy;
+  maxInflightSource: MaxInflightSource;
+  prefillRate: PrefillRate;
+  log: { warn(o: object, m: string): void; error(o: object, m: string): void };
+  /** The engine's cap changed (it follows the engine's own --max-num-seqs). */
+  capChanged: () => void;
+  /** Something the gate reads changed. */
+  changed: () => void;
+}
+
+/** A new observed state of `engine`: its gauges, health and metrics. */
+export function observeEngine(
+  deps: ObservationDeps,
+  engine: EngineSlot,
+  state: ObservedEngine,
+): void {
+  const { metrics, log } = deps;
+  const labels = { pool: deps.pool, engine: engine.name };
+  const previous = engine.observed;
+  engine.observed = state;
+  engine.health = state.health;
+  if (state.vllm && state.scrapedAt !== undefined && state.scrapedAt !== previous?.scrapedAt) {
+    // The broker's own requests the scrape saw, so they are not counted twice when the
+    // gate estimates the traffic that bypassed it (see `inflightFloor`).
+    engine.gauges = {
+      running: state.vllm.running,
+      waiting: state.vllm.waiting,
+      kvUsage: state.vllm.kvUsage,
+      at: state.scrapedAt,
+      inflightAtScrape: engine.inflightFloor,
+    };
+    engine.inflightFloor = engine.inflight;
+    scraped(engine, state.vllm.kvCapacityTokens);
+    samplePrefillRate(deps, engine, state.vllm.prefillTotals);
+    metrics.engineRunning.set(labels, state.vllm.running);
+    metrics.engineWaiting.set(labels, state.vllm.waiting);
+    metrics.engineKvUsage.set(labels, state.vllm.kvUsage);
+    metrics.engineBypass.set(labels, bypassTraffic(engine.gauges));
+    metrics.engineLastScrape.set(labels, state.scrapedAt / 1000);
+    checkMaxNumSeqs(deps, engine, state.vllm.maxNumSeqs);
+  }
+  metrics.engineUp.set(labels, state.health === 'healthy' ? 1 : 0);
+  if (previous && state.staleTransitions > previous.staleTransitions) {
+    metrics.engineStale.inc(labels, state.staleTransitions - previous.staleTransitions);
+    log.warn(
+      { ...labels, failures: state.consecutiveFailures, err: state.lastError },
+      'engine state stale: gauge conditions now follow ADMISSION_FAIL_MODE',
+    );
+  }
+  if (state.degraded !== engine.degraded) {
+    engine.degraded = state.degraded;
+    metrics.observerDegraded.set(labels, state.degraded ? 1 : 0);
+    if (state.degraded)
+      log.error(
+        { ...labels, err: state.lastError },
+        'engine /metrics answers but does not look like vLLM: gating on the in-flight cap only',
+      );
+  }
+  deps.changed();
+}
+
+/** The engine's own prefill rate since the previous scrape (see PrefillRate). */
+function samplePrefillRate(
+  deps: ObservationDeps,
+  engine: EngineSlot,
+  totals: { promptTokens: number; seconds: number } | undefined,
+): void {
+  const previous = engine.prefillTotals;
+  engine.prefillTotals = totals;
+  if (!totals || !previous) return;
+  deps.prefillRate.sampleEngine(
+    totals.promptTokens - previous.promptTokens,
+    totals.seconds - previous.seconds,
+  );
+  setPrefillMetrics(deps.metrics, deps.pool, deps.prefillRate);
+}
+
+/** The cap follows the engine's own --max-num-seqs where the engine exports it. */
+function checkMaxNumSeqs(
+  deps: ObservationDeps,
+  engine: EngineSlot,
+  maxNumSeqs: number | undefined,
+): void {
+  if (maxNumSeqs === undefined || maxNumSeqs === engine.cap) return;
+  const labels = { pool: deps.pool, engine: engine.name };
+  if (deps.maxInflightSource === 'default') {
+    deps.log.warn(
+      { ...labels, from: engine.cap, to: maxNumSeqs },
+      "cap set from the engine's max_num_seqs",
+    );
+    engine.cap = maxNumSeqs;
+    deps.metrics.inflightLimit.set(labels, engine.cap);
+    deps.capChanged();
+  } else {
+    deps.log.error(
+      { ...labels, cap: engine.cap, maxNumSeqs },
+      "ADMISSION_MAX_INFLIGHT differs from the engine's max_num_seqs: the cap is not the engine's",
+    );
+  }
+}

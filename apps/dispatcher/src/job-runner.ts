@@ -1,0 +1,137 @@
+// Runs one released job: checks its client is still there, registers it for cancellation,
+// applies the pool's degradation, calls the engine, relays the answer, and records the
+// outcome in BullMQ. Also the two ways a taken job ends without running (skipped, expired).
+import { markStage, type DispatcherMetrics } from '@sluice/observability';
+import type { JobPayload, KeySpace } from '@sluice/protocol';
+import type { Job } from 'bullmq';
+import type { CancelBook, CancelledError } from './cancels.js';
+import type { PoolLoad } from './degrade.js';
+import type { InflightJob } from './ledger.js';
+import type { RelayHub } from './relay.js';
+import type { ReplicaLiveness } from './replicas.js';
+
+export interface JobRunnerDeps {
+  pool: string;
+  keys: KeySpace;
+  hub: RelayHub;
+  cancels: CancelBook;
+  replicas: ReplicaLiveness;
+  metrics: DispatcherMetrics;
+  load: PoolLoad;
+  /** The pool's park limit, for the message of a job taken past its deadline. */
+  maxParkSeconds: number;
+  log: { warn(o: object, m: string): void; error(o: object, m: string): void };
+  now: () => number;
+  /** A job went to its engine (the drain rate counts these). */
+  released: () => void;
+}
+
+export class JobRunner {
+  constructor(private readonly deps: JobRunnerDeps) {}
+
+  /** Fails a taken job without running it; `reason` labels `sluice_skipped_total`. */
+  discard(job: Job, token: string, reason: string): Promise<void> {
+    this.deps.metrics.skipped.inc({ pool: this.deps.pool, reason });
+    return job.moveToFailed(new Error(reason), token, false).then(
+      () => {},
+      () => {},
+    );
+  }
+
+  /**
+   * A job taken past its deadline. Its gateway answers `503 park_timeout` at the deadline when
+   * it can still remove the job from the queue; when this dispatcher took it at that very
+   * moment, it cannot, and waits for a frame: this one.
+   */
+  expire(job: Job, token: string, payload: JobPayload): Promise<void> {
+    const { hub, keys } = this.deps;
+    const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
+    relay.error({
+      code: 'park_timeout',
+      message: `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`,
+    });
+    hub.close(relay);
+    return this.discard(job, token, 'past_deadline');
+  }
+
+  /** Runs a job counted in flight by the ledger; never rejects. */
+  async run(entry: InflightJob): Promise<void> {
+    try {
+      await this.runJob(entry);
+    } catch (err) {
+      // Nothing above is meant to throw; should something, the process must not die of it.
+      this.deps.log.error({ jobId: entry.id, err }, 'job run failed');
+    }
+  }
+
+  /**
+   * Whether the replica holding the job's client is alive. When Redis cannot tell (it is
+   * unreachable), the job runs: a blip must not cost a request, and a client that really
+   * is gone is noticed by the replica and Redis-loss checks, which cancel the engine request.
+   */
+  private async replicaAlive(entry: InflightJob): Promise<boolean> {
+    try {
+      return await this.deps.replicas.isAlive(entry.payload.replica);
+    } catch (err) {
+      this.deps.log.warn(
+        { jobId: entry.id, err: (err as Error).message },
+        'replica liveness check failed: running the job',
+      );
+      return true;
+    }
+  }
+
+  private async runJob(entry: InflightJob): Promise<void> {
+    const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
+    const { job, token, engine, payload, work, id: jobId } = entry;
+    const skip = (reason: string) => this.discard(job, token, reason);
+    if (!(await this.replicaAlive(entry))) return skip('client_gone');
+    const controller = cancels.register(jobId);
+    if (controller.signal.aborted) {
+      cancels.unregister(jobId);
+      const why = controller.signal.reason as CancelledError;
+      // A client that cancelled knows; one whose job this dispatcher lost is told.
+      if (why.frameCode !== 'cancelled') {
+        const relay = hub.open(jobId, keys.replyChannel(payload.replica));
+        relay.error({ code: why.frameCode, message: `request not started: ${why.message}` });
+        hub.close(relay);
+      }
+      return skip('cancelled');
+    }
+
+    let degraded;
+    try {
+      degraded = this.deps.load.apply(payload.body, payload.path, payload.optOut === true);
+    } catch (err) {
+      // The gateway validated the body; should a rewrite still fail, the request goes as sent.
+      log.error(
+        { jobId, err: (err as Error).message },
+        'degradation rewrite failed: sending the body unchanged',
+      );
+      degraded = { body: payload.body, state: 'normal', degraded: false };
+    }
+    if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
+    const relay = hub.open(jobId, keys.replyChannel(payload.replica));
+    metrics.released.inc({ pool, engine: engine.name });
+    this.deps.released();
+    relay.start({ engine: engine.name, loadState: degraded.state });
+    let outcome;
+    markStage('dispatcher.engine-call');
+    try {
+      outcome = await engine.client.call(
+        payload.path,
+        degraded.body,
+        relay,
+        controller.signal,
+        () => work.firstByte(now()),
+      );
+    } finally {
+      cancels.unregister(jobId);
+      hub.close(relay);
+    }
+    metrics.completed.inc({ pool, outcome });
+    // Fails when the job is no longer ours (lock lost, Redis restarted empty): nothing to record.
+    if (outcome === 'ok') await job.moveToCompleted('ok', token, false).catch(() => {});
+    else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});
+  }
+}

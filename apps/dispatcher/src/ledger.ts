@@ -1,0 +1,92 @@
+// The jobs this dispatcher runs, and the one place in-flight counts change: `begin` when a
+// job is released, `complete` when its run ended, however. Both are synchronous, so the
+// counts the gate reads are exact between any two awaits.
+import type { DispatcherMetrics } from '@sluice/observability';
+import type { JobPayload } from '@sluice/protocol';
+import type { Job } from 'bullmq';
+import { setPrefillMetrics, type EngineSlot } from './engine-slot.js';
+import { trackRelease, type PrefillRate, type ReleasedWork } from './prefill-tracker.js';
+
+export interface InflightJob {
+  readonly id: string;
+  readonly job: Job;
+  /** The lock token the job was taken with. */
+  readonly token: string;
+  readonly engine: EngineSlot;
+  readonly payload: JobPayload;
+  readonly work: ReleasedWork;
+}
+
+export interface LedgerDeps {
+  pool: string;
+  metrics: DispatcherMetrics;
+  prefillRate: PrefillRate;
+  now: () => number;
+  /** A count the gate or the prefill rules read changed. */
+  changed: () => void;
+}
+
+export class InflightLedger {
+  private readonly jobs = new Map<string, InflightJob>();
+  private idleWaiters: Array<() => void> = [];
+
+  constructor(private readonly deps: LedgerDeps) {}
+
+  get size(): number {
+    return this.jobs.size;
+  }
+
+  get(jobId: string): InflightJob | undefined {
+    return this.jobs.get(jobId);
+  }
+
+  values(): IterableIterator<InflightJob> {
+    return this.jobs.values();
+  }
+
+  /** Resolves when nothing is in flight. */
+  idle(): Promise<void> {
+    if (this.jobs.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Counts `job` in flight on `engine`, before anything awaits. */
+  begin(
+    job: Job,
+    token: string,
+    engine: EngineSlot,
+    payload: JobPayload,
+    long: boolean,
+  ): InflightJob {
+    const { metrics, pool, prefillRate, now } = this.deps;
+    engine.inflight += 1;
+    const work = trackRelease(engine, {
+      long,
+      promptTokens: payload.promptTokens ?? 0,
+      stream: payload.stream,
+      releasedAt: now(),
+      rate: prefillRate,
+      changed: () => {
+        setPrefillMetrics(metrics, pool, prefillRate, engine);
+        this.deps.changed();
+      },
+    });
+    setPrefillMetrics(metrics, pool, prefillRate, engine);
+    const entry: InflightJob = { id: job.id!, job, token, engine, payload, work };
+    this.jobs.set(entry.id, entry);
+    metrics.inflight.set({ pool, engine: engine.name }, engine.inflight);
+    return entry;
+  }
+
+  /** The run of `entry` ended; a second call, or one for an entry no longer here, does nothing. */
+  complete(entry: InflightJob): void {
+    if (this.jobs.get(entry.id) !== entry) return;
+    this.jobs.delete(entry.id);
+    const { engine } = entry;
+    engine.inflight -= 1;
+    engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
+    this.deps.metrics.inflight.set({ pool: this.deps.pool, engine: engine.name }, engine.inflight);
+    entry.work.finished();
+    if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+}

@@ -1,0 +1,113 @@
+// What the leader publishes about its pool once a second (the gateways read it for their
+// admission answers and Retry-After estimates), and the queue depth metrics every
+// dispatcher exports.
+import { gateDecision, smoothRate, type GatePolicy } from '@sluice/admission';
+import type { PoolConfig } from '@sluice/config';
+import type { DispatcherMetrics } from '@sluice/observability';
+import { encodePoolStats, type KeySpace } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { Queue } from 'bullmq';
+import type { EngineSlot } from './engine-slot.js';
+import type { Holding } from './holding.js';
+import type { InflightLedger } from './ledger.js';
+import { longPromptStats, type PrefillRate } from './prefill-tracker.js';
+
+export interface PoolStatsDeps {
+  id: string;
+  pool: PoolConfig;
+  keys: KeySpace;
+  redis: Redis;
+  queue: Queue;
+  engines: readonly EngineSlot[];
+  ledger: InflightLedger;
+  holding: Holding;
+  prefillRate: PrefillRate;
+  policy: GatePolicy;
+  metrics: DispatcherMetrics;
+  isLeader: () => boolean;
+  loadState: () => string;
+  now: () => number;
+  failed: (err: unknown) => void;
+}
+
+export class PoolStats {
+  private releasedSinceStats = 0;
+  private drainPerSecond: number | undefined;
+  private lastStatsAt: number;
+  /** Jobs waiting in the queue at the last reading (the degradation's queue pressure). */
+  queuedNow = 0;
+
+  constructor(private readonly deps: PoolStatsDeps) {
+    this.lastStatsAt = deps.now();
+  }
+
+  released(): void {
+    this.releasedSinceStats += 1;
+  }
+
+  /** One reading and publication; never rejects. */
+  async publish(): Promise<void> {
+    const { redis, keys, now, metrics, queue, engines, policy } = this.deps;
+    const at = now();
+    const pool = this.deps.pool.name;
+    try {
+      const counts = await queue.getJobCounts('wait', 'prioritized', 'active', 'delayed');
+      this.queuedNow =
+        (counts['wait'] ?? 0) + (counts['prioritized'] ?? 0) + (counts['delayed'] ?? 0);
+      const depth = {
+        wait: counts['wait'] ?? 0,
+        prioritized: counts['prioritized'] ?? 0,
+        active: counts['active'] ?? 0,
+        delayed: counts['delayed'] ?? 0,
+      };
+      for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
+      if (!this.deps.isLeader()) return;
+      await this.deps.holding.prune();
+      this.drainPerSecond = smoothRate(
+        this.drainPerSecond,
+        this.releasedSinceStats,
+        (at - this.lastStatsAt) / 1000,
+      );
+      this.releasedSinceStats = 0;
+      this.lastStatsAt = at;
+      const stats = encodePoolStats({
+        leader: this.deps.id,
+        at,
+        drainPerSecond: this.drainPerSecond,
+        queue: depth,
+        loadState: this.deps.loadState(),
+        longs: longPromptStats({
+          held: this.deps.holding.held.longTokens(),
+          released: [...this.deps.ledger.values()].map((j) => j.work),
+          rate: this.deps.prefillRate,
+          parallelPrefills:
+            engines.filter((e) => e.lane !== 'short').length *
+            this.deps.pool.longPrompts.maxInPrefill,
+          now: at,
+        }),
+        engines: engines.map((e) => {
+          const decision = gateDecision(e, policy, at);
+          return {
+            name: e.name,
+            inflight: e.inflight,
+            cap: e.cap,
+            open: decision.admit,
+            ...(decision.admit ? {} : { reason: decision.reason }),
+            health: e.health ?? 'unknown',
+            ...(e.gauges
+              ? {
+                  running: e.gauges.running,
+                  waiting: e.gauges.waiting,
+                  kvUsage: e.gauges.kvUsage,
+                  scrapedAt: e.gauges.at,
+                }
+              : {}),
+          };
+        }),
+      });
+      await redis.set(keys.poolStats(pool), stats, 'PX', 5000);
+    } catch (err) {
+      this.deps.failed(err);
+    }
+  }
+}

@@ -1,0 +1,170 @@
+// The release loop of one pool, the choosing half of the dispatcher: take a job only while
+// the gate is open and this dispatcher leads, then place it: release it to the engine the
+// release order names (counted by the ledger, run by the job runner) or hold it back.
+import {
+  classify,
+  gateDecision,
+  pickEngine,
+  releaseVerdict,
+  type GatePolicy,
+} from '@sluice/admission';
+import type { PoolConfig } from '@sluice/config';
+import { markStage, type DispatcherMetrics } from '@sluice/observability';
+import { ProtocolError, validateJobPayload, type JobPayload } from '@sluice/protocol';
+import type { Job, Worker } from 'bullmq';
+import type { EngineSlot } from './engine-slot.js';
+import type { Holding } from './holding.js';
+import type { InflightLedger } from './ledger.js';
+import type { JobRunner } from './job-runner.js';
+
+export interface ReleaseLoopDeps {
+  id: string;
+  pool: PoolConfig;
+  worker: Worker;
+  engines: readonly EngineSlot[];
+  policy: GatePolicy;
+  holding: Holding;
+  ledger: InflightLedger;
+  runner: JobRunner;
+  metrics: DispatcherMetrics;
+  /** Whether this dispatcher may take jobs now (it leads and is not closing). */
+  mayTake: () => boolean;
+  log: { error(o: object, m: string): void };
+  now: () => number;
+}
+
+export class ReleaseLoop {
+  private wakeUp: (() => void) | undefined;
+  private running: Promise<void> | undefined;
+  private tokenCounter = 0;
+
+  constructor(private readonly deps: ReleaseLoopDeps) {}
+
+  /**
+   * Starts the loop unless it runs already. A loop that is ending (the lease was lost while
+   * it was blocked in a take) starts again at its end if the lease was re-won meanwhile.
+   */
+  start(): void {
+    this.running ??= this.loop()
+      .catch((err: unknown) => this.deps.log.error({ err }, 'release loop failed'))
+      .finally(() => {
+        this.running = undefined;
+        if (this.deps.mayTake()) this.start();
+      });
+  }
+
+  /** Resolves once the loop has ended (after `mayTake` turned false and it was woken). */
+  async stopped(): Promise<void> {
+    this.wake();
+    await this.running;
+  }
+
+  /** Something the gate reads changed, or the loop should check `mayTake`: look again. */
+  wake(): void {
+    this.wakeUp?.();
+  }
+
+  /** Resolves when a slot frees or the lease changes. */
+  private waitForWake(): Promise<void> {
+    return new Promise((resolve) => {
+      this.wakeUp = () => {
+        this.wakeUp = undefined;
+        resolve();
+      };
+    });
+  }
+
+  private async loop(): Promise<void> {
+    const { metrics, worker, engines, policy, now } = this.deps;
+    const poolLabel = { pool: this.deps.pool.name };
+    let gateWasOpen = true;
+    while (this.deps.mayTake()) {
+      const index = pickEngine(engines, policy, now());
+      const open = index !== -1;
+      if (open !== gateWasOpen) {
+        metrics.gateOpen.set(poolLabel, open ? 1 : 0);
+        if (!open) metrics.gateClosed.inc({ ...poolLabel, reason: this.closedReason() });
+        gateWasOpen = open;
+      }
+      // Never take with the gate closed, a promoted held job included: BullMQ's global
+      // concurrency would be reached too, and a slot freed by a completion adds no marker to
+      // wake a blocked take (moveToFinished without fetchNext), so the take would sleep a
+      // whole drainDelay. A promoted job waits at the head of the queue for the gate.
+      if (!open) {
+        await this.waitForWake();
+        continue;
+      }
+      const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
+      let job: Job | undefined;
+      try {
+        job = await worker.getNextJob(token, { block: true });
+      } catch (err) {
+        if (!this.deps.mayTake()) break;
+        this.deps.log.error({ err, pool: this.deps.pool.name }, 'getNextJob failed');
+        await new Promise((r) => setTimeout(r, 200));
+        continue;
+      }
+      if (!job) continue;
+      markStage('dispatcher.job');
+      if (!this.deps.mayTake()) {
+        // Lost the lease while blocked: the job goes back untouched for the new leader.
+        await job.moveToWait(token).catch(() => {});
+        break;
+      }
+      this.place(job, token);
+    }
+    metrics.gateOpen.set(poolLabel, 0);
+  }
+
+  /** Releases a job just taken, or holds it back when the release order says it must wait. */
+  private place(job: Job, token: string): void {
+    const { log, now, holding, runner, pool } = this.deps;
+    const jobId = job.id!;
+    holding.taken(jobId);
+    let payload: JobPayload;
+    try {
+      payload = validateJobPayload(job.data);
+    } catch (err) {
+      log.error({ jobId, err: (err as ProtocolError).message }, 'invalid job payload');
+      void runner.discard(job, token, 'invalid_payload');
+      return;
+    }
+    // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
+    // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
+    // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
+    if (job.deferredFailure) return void runner.discard(job, token, 'stalled');
+    const at = now();
+    if (payload.deadline < at) return void runner.expire(job, token, payload);
+    const promptTokens = payload.promptTokens ?? 0;
+    const candidate = {
+      id: jobId,
+      promptTokens,
+      long: classify(promptTokens, pool.longPrompts) === 'long',
+      priority: payload.priority,
+      enqueuedAt: payload.enqueuedAt,
+    };
+    const verdict = releaseVerdict(candidate, holding.context(at));
+    if (verdict.go)
+      this.release(job, token, this.deps.engines[verdict.engine]!, payload, candidate.long);
+    else void holding.hold(job, token, payload, { ...candidate, job }, verdict.reason);
+  }
+
+  /** Counts the job in flight at once, then runs it without blocking the loop. */
+  private release(
+    job: Job,
+    token: string,
+    engine: EngineSlot,
+    payload: JobPayload,
+    long: boolean,
+  ): void {
+    const { ledger, runner } = this.deps;
+    const entry = ledger.begin(job, token, engine, payload, long);
+    void runner.run(entry).finally(() => ledger.complete(entry));
+  }
+
+  /** Why the gate is closed, as the first engine's decision says. */
+  private closedReason(): string {
+    const decision = gateDecision(this.deps.engines[0]!, this.deps.policy, this.deps.now());
+    return decision.admit ? 'unknown' : decision.reason;
+  }
+}

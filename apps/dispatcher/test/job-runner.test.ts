@@ -1,0 +1,215 @@
+// The job runner on real processes: jobs taken from a real BullMQ queue, an engine simulator,
+// reply frames on a real Redis channel. Each test takes one job and runs it.
+import { defaultDegradation } from '@sluice/config';
+import { dispatcherMetrics, Registry } from '@sluice/observability';
+import {
+  decodeFrame,
+  keySpace,
+  messageFrames,
+  type Frame,
+  type JobPayload,
+} from '@sluice/protocol';
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import {
+  eventually,
+  startEngineSim,
+  startRedis,
+  type TestEngineSim,
+  type TestRedis,
+} from '@sluice/test/support';
+import { Queue, Worker, type Job } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CancelBook } from '../src/cancels.ts';
+import { PoolLoad } from '../src/degrade.ts';
+import { createEngineSlot } from '../src/engine-slot.ts';
+import { JobRunner } from '../src/job-runner.ts';
+import { InflightLedger } from '../src/ledger.ts';
+import { PrefillRate } from '../src/prefill-tracker.ts';
+import { RelayHub } from '../src/relay.ts';
+import { ReplicaLiveness } from '../src/replicas.ts';
+
+let server: TestRedis;
+let sim: TestEngineSim;
+let command: Redis;
+let bull: Redis;
+let subscriber: Redis;
+let queue: Queue;
+let worker: Worker;
+let hub: RelayHub;
+const keys = keySpace('runner-test');
+const registry = new Registry();
+const metrics = dispatcherMetrics(registry);
+const cancels = new CancelBook(60_000, Date.now);
+const silent = { warn: () => {}, error: () => {} };
+
+beforeAll(async () => {
+  server = await startRedis();
+  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
+  command = createRedis(server.url, { name: 'cmd', role: 'command' });
+  bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
+  subscriber = createRedis(server.url, { name: 'sub', role: 'subscriber' });
+  await Promise.all([redisReady(command), redisReady(bull), redisReady(subscriber)]);
+  queue = new Queue('pool-p', { connection: bull, prefix: keys.prefix });
+  worker = new Worker('pool-p', null, { connection: bull, prefix: keys.prefix, autorun: false });
+  await worker.waitUntilReady();
+  hub = new RelayHub(command, 1000, Date.now);
+});
+afterAll(async () => {
+  hub?.stop();
+  await worker?.close(true);
+  await queue?.close();
+  await Promise.all([command, bull, subscriber].map((c) => c?.quit().catch(() => {})));
+  await sim?.stop();
+  await server?.stop();
+});
+
+const engine = () =>
+  createEngineSlot(
+    { name: 'sim', url: sim.url, maxInflight: 4, lane: 'any' },
+    {
+      timeouts: { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 },
+      scrape: { intervalMs: 1000, staleAfterFailures: 3 },
+      now: Date.now,
+    },
+  );
+
+function runner(replicas = new ReplicaLiveness(command, keys, 0, Date.now)) {
+  return new JobRunner({
+    pool: 'p',
+    keys,
+    hub,
+    cancels,
+    replicas,
+    metrics,
+    load: new PoolLoad({ ...defaultDegradation, enabled: false }),
+    maxParkSeconds: 60,
+    log: silent,
+    now: Date.now,
+    released: () => {},
+  });
+}
+
+const ledger = new InflightLedger({
+  pool: 'p',
+  metrics,
+  prefillRate: new PrefillRate(),
+  now: Date.now,
+  changed: () => {},
+});
+
+let replicas = 0;
+/** A job for a fresh replica whose channel the test listens on; alive unless told. */
+async function take(opts: { alive?: boolean; maxTokens?: number } = {}) {
+  const replica = `r${(replicas += 1)}`;
+  if (opts.alive !== false) await command.set(keys.replicaAlive(replica), '1', 'PX', 60_000);
+  const payload: JobPayload = {
+    v: 1,
+    body: JSON.stringify({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      max_tokens: opts.maxTokens ?? 3,
+      ignore_eos: true,
+    }),
+    path: '/v1/chat/completions',
+    stream: true,
+    replica,
+    enqueuedAt: Date.now(),
+    deadline: Date.now() + 60_000,
+    priority: 0,
+  };
+  await queue.add('job', payload);
+  const token = `token-${replica}`;
+  const job = (await worker.getNextJob(token, { block: false })) as Job;
+  const frames: Frame[] = [];
+  const channel = keys.replyChannel(replica);
+  subscriber.on('messageBuffer', (ch: Buffer, message: Buffer) => {
+    if (ch.toString() === channel) frames.push(...messageFrames(message).map(decodeFrame));
+  });
+  await subscriber.subscribe(channel);
+  const entry = ledger.begin(job, token, engine(), payload, false);
+  return { job, entry, frames, replica };
+}
+
+const skipped = async (reason: string) =>
+  (await metrics.skipped.get()).values.find((v) => v.labels['reason'] === reason)?.value ?? 0;
+
+describe('job runner', () => {
+  it('runs a job on its engine, relays start, head, data and end, and completes the job', async () => {
+    const { job, entry, frames } = await take();
+    await runner().run(entry);
+    ledger.complete(entry);
+    // Frames reach the subscriber after the run has published them.
+    await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+    const types = frames.map((f) => f.type);
+    expect(types[0]).toBe('start');
+    expect(types[1]).toBe('head');
+    expect(types.at(-1)).toBe('end');
+    expect(types).toContain('data');
+    expect(await queue.getJobState(job.id!)).toBe('completed');
+  });
+
+  it('skips a job whose gateway replica is gone: the engine never sees it, the job fails', async () => {
+    const before = (await sim.state()).receivedTotal as number;
+    const gone = await skipped('client_gone');
+    const { job, entry } = await take({ alive: false });
+    await runner().run(entry);
+    ledger.complete(entry);
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    expect(await skipped('client_gone')).toBe(gone + 1);
+    expect((await sim.state()).receivedTotal).toBe(before);
+  });
+
+  it('skips a job cancelled before its run started', async () => {
+    const before = (await sim.state()).receivedTotal as number;
+    const { job, entry } = await take();
+    cancels.cancel(job.id!, 'client went');
+    await runner().run(entry);
+    ledger.complete(entry);
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    expect((await sim.state()).receivedTotal).toBe(before);
+  });
+
+  it('runs a job whose replica cannot be checked (its Redis is unreachable) and never rejects', async () => {
+    const other = await startRedis();
+    const gone = createRedis(other.url, { name: 'gone', role: 'command' });
+    gone.on('error', () => {});
+    await redisReady(gone);
+    await other.stop();
+    try {
+      const { job, entry, frames } = await take();
+      await expect(
+        runner(new ReplicaLiveness(gone, keys, 0, Date.now)).run(entry),
+      ).resolves.toBeUndefined();
+      ledger.complete(entry);
+      await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+      expect(await queue.getJobState(job.id!)).toBe('completed');
+    } finally {
+      gone.disconnect();
+    }
+  });
+
+  it('tells the client dispatcher_lost and frees the engine slot when its job is lost mid-stream', async () => {
+    const { job, entry, frames } = await take({ maxTokens: 100_000 });
+    const run = runner().run(entry);
+    await eventually(() => frames.some((f) => f.type === 'data'), 'the first data frame');
+    cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
+    await run;
+    ledger.complete(entry);
+    const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
+    expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    await eventually(async () => (await sim.state()).running === 0, 'the engine to drop it');
+  });
+
+  it('tells the client dispatcher_lost when its job is lost before the engine call', async () => {
+    const before = (await sim.state()).receivedTotal as number;
+    const { job, entry, frames } = await take();
+    cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
+    await runner().run(entry);
+    ledger.complete(entry);
+    const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
+    expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
+    expect((await sim.state()).receivedTotal).toBe(before);
+  });
+});

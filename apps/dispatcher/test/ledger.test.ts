@@ -1,0 +1,134 @@
+// The in-flight ledger over jobs taken from a real BullMQ queue on a real redis-server:
+// the only place the per-engine counts change, exact between awaits, idempotent on end.
+import { dispatcherMetrics, Registry } from '@sluice/observability';
+import { keySpace, type JobPayload } from '@sluice/protocol';
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { Queue, Worker, type Job } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createEngineSlot, type EngineSlot } from '../src/engine-slot.ts';
+import { InflightLedger } from '../src/ledger.ts';
+import { PrefillRate } from '../src/prefill-tracker.ts';
+
+let server: TestRedis;
+let redis: Redis;
+let queue: Queue;
+let worker: Worker;
+const keys = keySpace('ledger-test');
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'test', role: 'bullmq' });
+  await redisReady(redis);
+  queue = new Queue('pool-p', { connection: redis, prefix: keys.prefix });
+  worker = new Worker('pool-p', null, { connection: redis, prefix: keys.prefix, autorun: false });
+  await worker.waitUntilReady();
+});
+afterAll(async () => {
+  await worker.close(true);
+  await queue.close();
+  await redis.quit();
+  await server.stop();
+});
+
+const payload = (promptTokens = 10): JobPayload => ({
+  v: 1,
+  body: '{}',
+  path: '/v1/chat/completions',
+  stream: true,
+  replica: 'r1',
+  enqueuedAt: Date.now(),
+  deadline: Date.now() + 60_000,
+  priority: 0,
+  promptTokens,
+});
+
+let tokens = 0;
+async function take(data: JobPayload): Promise<{ job: Job; token: string }> {
+  await queue.add('job', data);
+  const token = `t${(tokens += 1)}`;
+  const job = await worker.getNextJob(token, { block: false });
+  if (!job) throw new Error('no job taken');
+  return { job, token };
+}
+
+function setup() {
+  const registry = new Registry();
+  const metrics = dispatcherMetrics(registry);
+  const engine = (name: string): EngineSlot =>
+    createEngineSlot(
+      { name, url: 'http://127.0.0.1:9', maxInflight: 4, lane: 'any' },
+      {
+        timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
+        scrape: { intervalMs: 1000, staleAfterFailures: 3 },
+        now: Date.now,
+      },
+    );
+  let changes = 0;
+  const ledger = new InflightLedger({
+    pool: 'p',
+    metrics,
+    prefillRate: new PrefillRate(),
+    now: Date.now,
+    changed: () => (changes += 1),
+  });
+  const gauge = async (engineName: string) =>
+    (await metrics.inflight.get()).values.find((v) => v.labels['engine'] === engineName)?.value;
+  return { ledger, engine, gauge, changes: () => changes };
+}
+
+describe('in-flight ledger', () => {
+  it('counts a job on its engine at begin and uncounts it once at complete, with the metric', async () => {
+    const { ledger, engine, gauge, changes } = setup();
+    const a = engine('a');
+    const b = engine('b');
+    const first = await take(payload());
+    const second = await take(payload());
+    const e1 = ledger.begin(first.job, first.token, a, payload(), false);
+    const e2 = ledger.begin(second.job, second.token, b, payload(), false);
+    expect([a.inflight, b.inflight, ledger.size]).toEqual([1, 1, 2]);
+    expect(await gauge('a')).toBe(1);
+    expect(ledger.get(first.job.id!)).toBe(e1);
+
+    a.inflightFloor = 1;
+    const before = changes();
+    ledger.complete(e1);
+    expect([a.inflight, b.inflight, ledger.size]).toEqual([0, 1, 1]);
+    expect(a.inflightFloor).toBe(0);
+    expect(await gauge('a')).toBe(0);
+    expect(changes()).toBeGreaterThan(before);
+
+    // A second completion (a run that ended twice) changes nothing.
+    ledger.complete(e1);
+    expect([a.inflight, ledger.size]).toEqual([0, 1]);
+    ledger.complete(e2);
+    expect([b.inflight, ledger.size]).toEqual([0, 0]);
+    expect([...ledger.values()]).toEqual([]);
+  });
+
+  it('tracks a long prompt in flight and in prefill until its first byte and its end', async () => {
+    const { ledger, engine } = setup();
+    const a = engine('a');
+    const taken = await take(payload(50_000));
+    const entry = ledger.begin(taken.job, taken.token, a, payload(50_000), true);
+    expect([a.longInflight, a.longInPrefill]).toEqual([1, 1]);
+    entry.work.firstByte(Date.now());
+    expect([a.longInflight, a.longInPrefill]).toEqual([1, 0]);
+    ledger.complete(entry);
+    expect([a.longInflight, a.inflight]).toEqual([0, 0]);
+  });
+
+  it('ignores the completion of an entry a newer run of the same job replaced', async () => {
+    const { ledger, engine } = setup();
+    const a = engine('a');
+    const taken = await take(payload());
+    const old = ledger.begin(taken.job, taken.token, a, payload(), false);
+    ledger.complete(old);
+    const again = ledger.begin(taken.job, taken.token, a, payload(), false);
+    ledger.complete(old);
+    expect(ledger.get(taken.job.id!)).toBe(again);
+    expect(a.inflight).toBe(1);
+    ledger.complete(again);
+    expect(a.inflight).toBe(0);
+  });
+});
