@@ -65,7 +65,13 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   });
   const connections = [redis, bull, subscriber];
   for (const conn of connections) conn.on('error', (err) => warn('redis connection error', err));
-  const quitAll = () => Promise.all(connections.map((c) => c.quit().catch(() => {})));
+  // QUIT would wait in the offline queue for a Redis that is away: disconnect those instead.
+  const quitAll = () =>
+    Promise.all(
+      connections.map((c) =>
+        c.status === 'ready' ? c.quit().catch(() => {}) : Promise.resolve(c.disconnect()),
+      ),
+    );
 
   // Listen at once: /healthz answers while Redis is away, /readyz says why it is not ready.
   const pools: PoolDispatcher[] = [];

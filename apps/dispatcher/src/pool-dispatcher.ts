@@ -229,17 +229,24 @@ export class PoolDispatcher {
    * closes. The release loop ends before the worker closes: a take blocked at the handover
    * returns within BullMQ's drainDelay, and a job it got goes back to the queue while the
    * worker can still move it; closing the worker under it would strand the job active with a
-   * lock nobody renews, to be failed by the next leader's stalled check.
+   * lock nobody renews, to be failed by the next leader's stalled check. The locks of the jobs
+   * in flight are renewed until they end: stopping the renewal first (as before) let them
+   * expire mid-stream, and the new leader's stalled check failed jobs still being served.
    */
   async close(): Promise<void> {
     this.closing = true;
     for (const t of this.timers) clearInterval(t);
     await this.lease.stop();
-    await this.loop.stopped();
+    // A take blocks at most BullMQ's block timeout (10 s with delayed jobs), unless Redis is
+    // away: then only closing the worker (after the jobs in flight ended) frees it, and
+    // closing BullMQ's objects is not waited for (they would wait for Redis).
+    const redisAway = () => this.deps.bullConnection.status !== 'ready';
+    const ended = await settleWithin(this.loop.stopped(), 11_000, redisAway);
     await this.ledger.idle();
     this.locks.stop();
-    await this.worker.close(true).catch(() => {});
-    await this.queue.close().catch(() => {});
+    await settleWithin(this.worker.close(true), 5000, redisAway);
+    if (!ended) await settleWithin(this.loop.stopped(), 1000);
+    await settleWithin(this.queue.close(), 5000, redisAway);
     await Promise.all(this.engines.map((e) => Promise.all([e.client.close(), e.observer.stop()])));
   }
 
@@ -311,5 +318,33 @@ export class PoolDispatcher {
       );
     if (this.load.smoothed !== undefined)
       metrics.loadSignal.set({ pool: this.pool.name }, this.load.smoothed);
+  }
+}
+
+/**
+ * Waits for `promise` (its rejection included) at most `ms`, or until `giveUp` says waiting
+ * is pointless; true when it settled.
+ */
+async function settleWithin(
+  promise: Promise<unknown>,
+  ms: number,
+  giveUp: () => boolean = () => false,
+): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  let poll: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      promise.then(
+        () => true,
+        () => true,
+      ),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+        poll = setInterval(() => giveUp() && resolve(false), 100);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    clearInterval(poll);
   }
 }
