@@ -89,6 +89,8 @@ export interface ObservationDeps {
   capChanged: () => void;
   /** Something the gate reads changed. */
   changed: () => void;
+  /** This dispatcher's requests already on `engine`'s connection at `sentAt` (the ledger's count). */
+  onEngineBy: (engine: EngineSlot, sentAt: number) => number;
 }
 
 /** A new observed state of `engine`: its gauges, health and metrics. */
@@ -104,13 +106,20 @@ export function observeEngine(
   engine.health = state.health;
   if (state.vllm && state.scrapedAt !== undefined && state.scrapedAt !== previous?.scrapedAt) {
     // The broker's own requests the scrape saw, so they are not counted twice when the
-    // gate estimates the traffic that bypassed it (see `inflightFloor`).
+    // gate estimates the traffic that bypassed it: at most the lowest in-flight count of the
+    // window (see `inflightFloor`), and at most those already on the engine's connection
+    // when the scrape was sent. Both err toward counting too few, so bypass traffic is never
+    // underestimated.
+    const onEngine =
+      state.scrapeSentAt === undefined
+        ? engine.inflightFloor
+        : deps.onEngineBy(engine, state.scrapeSentAt);
     engine.gauges = {
       running: state.vllm.running,
       waiting: state.vllm.waiting,
       kvUsage: state.vllm.kvUsage,
       at: state.scrapedAt,
-      inflightAtScrape: engine.inflightFloor,
+      inflightAtScrape: Math.min(engine.inflightFloor, onEngine),
     };
     engine.inflightFloor = engine.inflight;
     scraped(engine, state.vllm.kvCapacityTokens);

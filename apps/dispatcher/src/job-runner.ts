@@ -117,6 +117,7 @@ export class JobRunner {
     relay.start({ engine: engine.name, loadState: degraded.state });
     let outcome;
     markStage('dispatcher.engine-call');
+    entry.callStartedAt = now();
     try {
       outcome = await engine.client.call(
         payload.path,

@@ -15,6 +15,8 @@ export interface InflightJob {
   readonly engine: EngineSlot;
   readonly payload: JobPayload;
   readonly work: ReleasedWork;
+  /** When the runner handed the request to the engine's connection (after its own checks). */
+  callStartedAt?: number;
 }
 
 export interface LedgerDeps {
@@ -42,6 +44,24 @@ export class InflightLedger {
 
   values(): IterableIterator<InflightJob> {
     return this.jobs.values();
+  }
+
+  /**
+   * How many of this dispatcher's requests on `engine` a scrape sent at `sentAt` can have
+   * counted: only those already handed to the engine's connection by then. A job still in
+   * the runner's own checks (a Redis round trip, slow on a busy host) is in flight for the
+   * cap but not yet on the engine; counting it as seen would hide as much bypass traffic.
+   */
+  onEngineBy(engine: EngineSlot, sentAt: number): number {
+    let n = 0;
+    for (const entry of this.jobs.values())
+      if (
+        entry.engine === engine &&
+        entry.callStartedAt !== undefined &&
+        entry.callStartedAt <= sentAt
+      )
+        n += 1;
+    return n;
   }
 
   /** Resolves when nothing is in flight. */

@@ -127,6 +127,7 @@ export class PoolDispatcher {
           void this.queue.setGlobalConcurrency(this.totalCap).catch(() => {});
       },
       changed: () => this.changed(),
+      onEngineBy: (engine: EngineSlot, sentAt: number) => this.ledger.onEngineBy(engine, sentAt),
     };
     for (const engine of this.engines) {
       engine.observer.on('change', (state) => observeEngine(observation, engine, state));

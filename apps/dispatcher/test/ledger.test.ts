@@ -132,3 +132,30 @@ describe('in-flight ledger', () => {
     expect(a.inflight).toBe(0);
   });
 });
+
+describe('what a scrape can have seen', () => {
+  it('counts only the requests already handed to the engine when the scrape was sent', async () => {
+    const { ledger, engine } = setup();
+    const a = engine('a');
+    const b = engine('b');
+    const begin = async (on: EngineSlot) => {
+      const { job, token } = await take(payload());
+      return ledger.begin(job, token, on, payload(), false);
+    };
+    const first = await begin(a);
+    const second = await begin(a);
+    const other = await begin(b);
+    // Released, but still in the runner's own checks: in flight for the cap, not on the engine.
+    expect(ledger.onEngineBy(a, 1_000)).toBe(0);
+    first.callStartedAt = 900;
+    second.callStartedAt = 1_100;
+    other.callStartedAt = 500;
+    expect(ledger.onEngineBy(a, 1_000)).toBe(1);
+    expect(ledger.onEngineBy(a, 1_100)).toBe(2);
+    expect(ledger.onEngineBy(b, 1_000)).toBe(1);
+    ledger.complete(first);
+    expect(ledger.onEngineBy(a, 2_000)).toBe(1);
+    ledger.complete(second);
+    ledger.complete(other);
+  });
+});

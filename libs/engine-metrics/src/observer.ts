@@ -15,6 +15,11 @@ export interface ObservedEngine {
   readonly vllm?: VllmState;
   /** Unix ms (from `now`) of the last successful scrape. */
   readonly scrapedAt?: number;
+  /**
+   * Unix ms (from `now`) at which that scrape's request was sent: the engine's gauges describe
+   * a moment between this and `scrapedAt`.
+   */
+  readonly scrapeSentAt?: number;
   readonly consecutiveFailures: number;
   /** The endpoint answered 200 with metrics that are not vLLM's. Cleared by a vLLM reading. */
   readonly degraded: boolean;
@@ -88,7 +93,8 @@ function describeError(error: unknown): string {
     : error.message || error.name;
 }
 
-type Outcome = { ok: true; vllm: VllmState } | { ok: false; error: string; notVllm: boolean };
+type Outcome =
+  { ok: true; vllm: VllmState; sentAt: number } | { ok: false; error: string; notVllm: boolean };
 
 export function createEngineObserver(options: EngineObserverOptions): EngineObserver {
   if (typeof options.name !== 'string' || options.name === '')
@@ -140,6 +146,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
       timeoutMs,
     );
     const signal = AbortSignal.any([deadline.signal, stopController.signal]);
+    const sentAt = now();
     try {
       const response = await client.request({ path, method: 'GET', headers, signal });
       if (response.statusCode !== 200) {
@@ -148,7 +155,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
       }
       const text = await response.body.text();
       const vllm = readVllmState(parseExposition(text));
-      return { ok: true, vllm };
+      return { ok: true, vllm, sentAt };
     } catch (error) {
       if (stopped) return undefined;
       if (error instanceof VllmMetricsError)
@@ -172,6 +179,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
         health: 'healthy',
         vllm: Object.freeze(outcome.vllm),
         scrapedAt: now(),
+        scrapeSentAt: outcome.sentAt,
         consecutiveFailures: 0,
         degraded: false,
         staleTransitions: state.staleTransitions,
