@@ -110,6 +110,7 @@ describe('bad input at the gateway', () => {
   it.each([
     ['an unknown route', 'GET', '/v1/embeddings', 404, 'not_found'],
     ['an unknown route with a body', 'POST', '/nope', 404, 'not_found'],
+    ['a path that reads as a route pattern', 'GET', '/*x/:id', 404, 'not_found'],
     ['a wrong method', 'GET', '/v1/chat/completions', 405, 'method_not_allowed'],
     ['a wrong method on an ops route', 'POST', '/healthz', 405, 'method_not_allowed'],
   ])('answers %s in the OpenAI shape', async (_name, method, path, status, reason) => {

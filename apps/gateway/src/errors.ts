@@ -72,9 +72,17 @@ export function installErrorHandlers(app: FastifyInstance, opts: EdgeErrorOption
     app.log.error({ err: error }, 'unhandled error');
     return opts.refuse(reply, UNKNOWN_MODEL, refusal('internal_error', 'internal error'));
   });
+  // The methods of each path, for 405. Collected as routes are added, not looked up with
+  // hasRoute(): that parses its argument as a route pattern, and a client's path is not one.
+  const methods = new Map<string, string[]>();
+  app.addHook('onRoute', (route) => {
+    const list = methods.get(route.url) ?? [];
+    list.push(...[route.method].flat());
+    methods.set(route.url, list);
+  });
   app.setNotFoundHandler((request, reply) => {
     const path = request.url.split('?', 1)[0]!;
-    const allowed = METHODS.filter((method) => app.hasRoute({ method, url: path }));
+    const allowed = methods.get(path) ?? [];
     if (allowed.length > 0)
       return opts.refuse(
         reply.header('allow', allowed.join(', ')),
@@ -91,8 +99,6 @@ export function installErrorHandlers(app: FastifyInstance, opts: EdgeErrorOption
     );
   });
 }
-
-const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
 
 /**
  * Fastify's `clientErrorHandler`: Node calls it for errors found before a request reaches
