@@ -23,13 +23,6 @@ export interface EngineSlot extends PrefillView, PrefillCounters {
   /** The observed state behind `gauges` and `health`. */
   observed?: ObservedEngine;
   degraded: boolean;
-  /**
-   * Lowest in-flight count since the previous scrape. A scrape can only have counted our
-   * requests that were released before it: taking the lowest count of the window leaves out
-   * the ones released while it was on the wire, so they are never mistaken for ours on the
-   * engine and bypass traffic is never underestimated (it errs toward holding back).
-   */
-  inflightFloor: number;
   /** The engine's prefill histogram sums at the previous scrape. */
   prefillTotals?: { promptTokens: number; seconds: number } | undefined;
 }
@@ -50,7 +43,6 @@ export function createEngineSlot(
     cap: config.maxInflight,
     health: 'unknown' as const,
     degraded: false,
-    inflightFloor: 0,
     client: new EngineClient(config, opts.timeouts),
     observer: createEngineObserver({
       name: config.name,
@@ -105,23 +97,20 @@ export function observeEngine(
   engine.observed = state;
   engine.health = state.health;
   if (state.vllm && state.scrapedAt !== undefined && state.scrapedAt !== previous?.scrapedAt) {
-    // The broker's own requests the scrape saw, so they are not counted twice when the
-    // gate estimates the traffic that bypassed it: at most the lowest in-flight count of the
-    // window (see `inflightFloor`), and at most those already on the engine's connection
-    // when the scrape was sent. Both err toward counting too few, so bypass traffic is never
-    // underestimated.
-    const onEngine =
-      state.scrapeSentAt === undefined
-        ? engine.inflightFloor
-        : deps.onEngineBy(engine, state.scrapeSentAt);
+    // The broker's own requests the scrape saw, so they are not counted twice when the gate
+    // estimates the traffic that bypassed it. The engine's numbers describe one moment between
+    // sending the scrape and reading its answer; of ours, only those handed to the engine
+    // before it was sent and still running when it was read were surely on the engine then.
+    // Counting just those errs toward too much bypass traffic (holding back), never too
+    // little: a job released during the scrape, or still in the runner's own checks, is not
+    // taken for one the engine counted.
     engine.gauges = {
       running: state.vllm.running,
       waiting: state.vllm.waiting,
       kvUsage: state.vllm.kvUsage,
       at: state.scrapedAt,
-      inflightAtScrape: Math.min(engine.inflightFloor, onEngine),
+      inflightAtScrape: deps.onEngineBy(engine, state.scrapeSentAt ?? state.scrapedAt),
     };
-    engine.inflightFloor = engine.inflight;
     scraped(engine, state.vllm.kvCapacityTokens);
     samplePrefillRate(deps, engine, state.vllm.prefillTotals);
     metrics.engineRunning.set(labels, state.vllm.running);

@@ -104,7 +104,6 @@ export class InflightLedger {
     this.jobs.delete(entry.id);
     const { engine } = entry;
     engine.inflight -= 1;
-    engine.inflightFloor = Math.min(engine.inflightFloor, engine.inflight);
     this.deps.metrics.inflight.set({ pool: this.deps.pool, engine: engine.name }, engine.inflight);
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
