@@ -112,6 +112,12 @@ export interface SluiceConfig {
     maxBodyBytes: number;
     heartbeatSeconds: number;
     slowClientBytes: number;
+    /** Seconds a client's socket may go without draining before its request is cut. */
+    slowClientStallSeconds: number;
+    /** Seconds the gateway's reply connection may be down before held clients are answered. */
+    redisLossGraceSeconds: number;
+    /** Seconds a gateway keeps serving held requests after SIGTERM. */
+    shutdownDrainSeconds: number;
     /** Lower-cased header name. */
     priorityHeader: string;
     maxPriority: number;

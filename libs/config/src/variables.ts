@@ -169,6 +169,24 @@ export const VARIABLES = {
     fallback: 4_194_304,
     help: 'bytes buffered for one slow client before its request is cancelled',
   }),
+  SLUICE_SLOW_CLIENT_STALL_SECONDS: v(
+    decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+    {
+      fallback: 30,
+      help: "a client's socket that has not drained for this long is cut and its engine request cancelled",
+    },
+  ),
+  SLUICE_REDIS_LOSS_GRACE_SECONDS: v(
+    decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+    {
+      fallback: 5,
+      help: "held clients get 503 redis_unavailable (or an in-band error) once the gateway's reply connection has been down this long",
+    },
+  ),
+  SLUICE_SHUTDOWN_DRAIN_SECONDS: v(decimal({ min: 0, max: MAX_TIMER_SECONDS }), {
+    fallback: 25,
+    help: "on SIGTERM the gateway serves its held streams this long, then refuses or cuts what is left; keep it under the pod's terminationGracePeriodSeconds",
+  }),
   SLUICE_PRIORITY_HEADER: v(
     matching(
       /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/,

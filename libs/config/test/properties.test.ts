@@ -77,6 +77,9 @@ describe('properties of environment values', () => {
       'ADMISSION_LONG_AGING_SECONDS',
       'ADMISSION_LONG_MAX_SHARE',
       'ADMISSION_MAX_PARK_SECONDS',
+      'SLUICE_REDIS_LOSS_GRACE_SECONDS',
+      'SLUICE_SHUTDOWN_DRAIN_SECONDS',
+      'SLUICE_SLOW_CLIENT_STALL_SECONDS',
       'SSE_HEARTBEAT_SECONDS',
     ]);
   });
