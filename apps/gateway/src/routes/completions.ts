@@ -1,0 +1,193 @@
+// The two completion routes: peek the raw body, route the model, refuse early where the
+// answer is already known, else enqueue and hold the client until its reply frames end.
+import { randomUUID } from 'node:crypto';
+import { classify, isAged, retryAfterBounds } from '@sluice/admission';
+import type { Router, SluiceConfig } from '@sluice/config';
+import { markStage, type GatewayMetrics } from '@sluice/observability';
+import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
+import { sluiceHeaders, type CompletionPath, type JobPayload } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
+import type { Passthrough } from '../passthrough.js';
+import type { PoolQueue } from '../pool-queue.js';
+import { refusal, type Refusal } from '../refuse.js';
+import type { ReplyRouter } from '../replies.js';
+
+export interface CompletionRoutesOptions {
+  replicaId: string;
+  limits: SluiceConfig['limits'];
+  router: Router;
+  pools: ReadonlyMap<string, PoolQueue>;
+  redis: Redis;
+  replies: ReplyRouter;
+  passthrough: Passthrough;
+  metrics: GatewayMetrics;
+  now(): number;
+  heldHooks(pool: PoolQueue, model: string): HeldRequestHooks;
+  refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
+}
+
+/**
+ * Bodies arrive as raw bytes: the single-pass peek reads what Sluice needs, and the engine
+ * receives exactly what the client sent. Installed on the root instance so every route,
+ * unknown ones included, reads bodies the same way.
+ */
+export function acceptRawJson(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) =>
+    done(null, body),
+  );
+}
+
+export async function completionRoutes(
+  app: FastifyInstance,
+  opts: CompletionRoutesOptions,
+): Promise<void> {
+  const { replicaId, limits, router, pools, redis, replies, passthrough, metrics, now, refuse } =
+    opts;
+  const log = app.log;
+
+  function completion(path: CompletionPath) {
+    return async (request: FastifyRequest, reply: FastifyReply) => {
+      const receivedAt = now();
+      markStage('gateway.request');
+      const body = request.body as Buffer | undefined;
+      if (!body)
+        return refuse(
+          reply,
+          '',
+          refusal('unsupported_media_type', 'content-type must be application/json'),
+        );
+      let peeked;
+      try {
+        peeked = peekRequest(body);
+      } catch (err) {
+        if (err instanceof RequestPeekError)
+          return refuse(reply, '', refusal('bad_request', err.message));
+        throw err;
+      }
+      const model = peeked.model;
+      const route = router.route(model);
+      if (!route)
+        return refuse(
+          reply,
+          model,
+          refusal('model_not_found', `The model \`${model}\` does not exist.`),
+        );
+      if (route.kind === 'passthrough') {
+        metrics.requests.inc({ model, kind: 'passthrough' });
+        reply.hijack();
+        return passthrough.forward(route.url, path, request.headers, body, reply.raw);
+      }
+      metrics.requests.inc({ model, kind: 'gated' });
+      const pool = pools.get(route.pool.name)!;
+      if (redis.status !== 'ready')
+        return refuse(
+          reply,
+          model,
+          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'),
+        );
+      if (!(await pool.hasLeader()))
+        return refuse(
+          reply,
+          model,
+          refusal(
+            'no_leader',
+            `no dispatcher is leading pool ${route.pool.name}`,
+            await pool.retryAfter(),
+          ),
+        );
+
+      const jobId = randomUUID();
+      const stream = peeked.stream === true;
+      const payload: JobPayload = {
+        v: 1,
+        body: body.toString('utf8'),
+        path,
+        stream,
+        replica: replicaId,
+        enqueuedAt: now(),
+        deadline: now() + route.pool.maxParkSeconds * 1000,
+        priority: priorityOf(request.headers[limits.priorityHeader], limits.maxPriority),
+      };
+      const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
+      if (maxTokens !== undefined) payload.maxTokens = maxTokens;
+      const promptTokens = estimatePromptTokens(body, peeked);
+      payload.promptTokens = promptTokens;
+      const longPrompts = route.pool.longPrompts;
+      const promptClass = classify(promptTokens, longPrompts);
+      metrics.promptTokens.observe({ model, class: promptClass }, promptTokens);
+      if (promptClass === 'long') {
+        // Honest waiting: when the long prompts ahead would keep this one past its park limit,
+        // say so now instead of holding the client for the whole limit first.
+        const wait = await pool.longWait().catch(() => undefined);
+        if (wait !== undefined && wait > route.pool.maxParkSeconds)
+          return refuse(
+            reply,
+            model,
+            refusal(
+              'long_backlog',
+              `pool ${route.pool.name}: the long prompts ahead need about ${Math.ceil(wait)} s of prefill, more than the ${route.pool.maxParkSeconds} s park limit`,
+              // Once that much of the backlog has drained, waiting fits the park limit.
+              Math.max(
+                retryAfterBounds.min,
+                Math.min(retryAfterBounds.max, Math.ceil(wait - route.pool.maxParkSeconds)),
+              ),
+            ),
+          );
+      }
+      if (route.pool.degradation.allowOptOut && request.headers[sluiceHeaders.degrade] === 'off')
+        payload.optOut = true;
+
+      reply.hijack();
+      const held = new HeldRequest(
+        jobId,
+        model,
+        stream,
+        receivedAt,
+        payload.enqueuedAt,
+        reply.raw,
+        opts.heldHooks(pool, model),
+      );
+      // Registered before the add: frames may arrive before BullMQ's add resolves.
+      replies.held.set(jobId, held);
+      metrics.holding.inc();
+      metrics.parked.inc({ model });
+      held.hold();
+      try {
+        markStage('gateway.enqueue');
+        // A long prompt is queued at the aged level at once when its aging limit is zero.
+        const level =
+          promptClass === 'short'
+            ? 'short'
+            : isAged(payload.enqueuedAt, longPrompts, payload.enqueuedAt)
+              ? 'aged'
+              : 'long';
+        const admitted = await pool.add(jobId, payload, level);
+        markStage('gateway.enqueued');
+        if (!admitted)
+          held.fail(
+            refusal(
+              'queue_full',
+              `pool ${route.pool.name} has ${route.pool.queueDepth} requests queued (VLLM_MAX_QUEUE_DEPTH)`,
+              await pool.retryAfter(),
+            ),
+          );
+      } catch (err) {
+        log.warn({ err }, 'enqueue failed');
+        held.fail(refusal('redis_unavailable', 'queue unavailable (Redis error)'));
+      }
+    };
+  }
+
+  app.post('/v1/chat/completions', completion('/v1/chat/completions'));
+  app.post('/v1/completions', completion('/v1/completions'));
+}
+
+/** Priority from the configured header, clamped to 0..max; absent or unreadable = 0. */
+function priorityOf(header: string | string[] | undefined, max: number): number {
+  const value = Number(Array.isArray(header) ? header[0] : header);
+  if (!Number.isFinite(value)) return 0;
+  return Math.min(max, Math.max(0, Math.trunc(value)));
+}
