@@ -7,11 +7,13 @@ import {
   loggerOptions,
   Registry,
 } from '@sluice/observability';
-import { encodeCancel, keySpace } from '@sluice/protocol';
+import { keySpace } from '@sluice/protocol';
 import { createRedis, redisReady } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
+import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
 import { installErrorHandler } from './errors.js';
+import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
 import { Passthrough } from './passthrough.js';
 import { PoolQueue } from './pool-queue.js';
@@ -24,7 +26,10 @@ import { opsRoutes } from './routes/ops.js';
 export interface Gateway {
   readonly replicaId: string;
   readonly url: string;
+  /** Drains (SHUTDOWN_DRAIN_SECONDS at most, less when nothing is held), then closes. */
   close(): Promise<void>;
+  /** Ends a drain in progress now (a second signal). */
+  cutDrainShort(): void;
 }
 
 export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
@@ -84,11 +89,17 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   await heartbeat.start();
   const passthrough = new Passthrough();
 
-  const publishCancel = (jobId: string, reason: string) => {
-    redis
-      .publish(keys.cancelChannel, encodeCancel(jobId, reason))
-      .catch((err: unknown) => log.warn({ err, jobId }, 'cancel publish failed'));
-  };
+  const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
+    onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
+  });
+  const held = new HeldClients({
+    replies,
+    redis,
+    subscriber,
+    redisLossGraceMs: limits.redisLossGraceSeconds * 1000,
+    drainMs: limits.shutdownDrainSeconds * 1000,
+    log,
+  });
 
   function refuse(reply: FastifyReply, model: string, r: Refusal) {
     metrics.rejected.inc({ model, reason: r.reason });
@@ -100,6 +111,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const hooksDeps: HeldHooksDeps = {
     heartbeatSeconds: limits.heartbeatSeconds,
     slowClientBytes: limits.slowClientBytes,
+    slowClientStallSeconds: limits.slowClientStallSeconds,
     now,
     metrics,
     replies,
@@ -116,9 +128,17 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     metrics,
     now,
     heldHooks: (pool, model) => heldHooks(hooksDeps, pool, model),
+    admit: (kind) => held.admit(kind),
     refuse,
   });
-  await app.register(opsRoutes, { replicaId, config, redis, pools, registry });
+  await app.register(opsRoutes, {
+    replicaId,
+    config,
+    redis,
+    pools,
+    registry,
+    draining: () => held.draining,
+  });
 
   const url = await app.listen({ host: config.http.host, port: config.http.port });
   log.info(
@@ -130,10 +150,13 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     replicaId,
     url,
     async close() {
+      await held.shutdown();
+      held.stop();
       replies.stop();
       await heartbeat.stop();
-      // Held streams can last minutes: give them a moment, then cut.
-      const force = setTimeout(() => app.server.closeAllConnections(), 5000);
+      // Every held client is answered; what is left are idle keep-alive connections and
+      // pass-through requests, which get a second.
+      const force = setTimeout(() => app.server.closeAllConnections(), 1000);
       await app.close();
       clearTimeout(force);
       await passthrough.close();
@@ -142,6 +165,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
         [redis.quit(), bull.quit(), subscriber.quit()].map((p) => p.catch(() => {})),
       );
     },
+    cutDrainShort: () => held.cutDrainShort(),
   };
 }
 
@@ -158,7 +182,12 @@ export async function runGateway(): Promise<void> {
     throw err;
   }
   const gateway = await startGateway(config);
-  const stop = () => void gateway.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  let closing = false;
+  const stop = () => {
+    if (closing) return gateway.cutDrainShort();
+    closing = true;
+    void gateway.close().then(() => process.exit(0));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
 }

@@ -25,6 +25,8 @@ export interface CompletionRoutesOptions {
   metrics: GatewayMetrics;
   now(): number;
   heldHooks(pool: PoolQueue, model: string): HeldRequestHooks;
+  /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
+  admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
   refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
 }
 
@@ -75,6 +77,8 @@ export async function completionRoutes(
           model,
           refusal('model_not_found', `The model \`${model}\` does not exist.`),
         );
+      const closed = opts.admit(route.kind);
+      if (closed) return refuse(reply, model, closed);
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
@@ -166,6 +170,7 @@ export async function completionRoutes(
               : 'long';
         const admitted = await pool.add(jobId, payload, level);
         markStage('gateway.enqueued');
+        held.added = admitted;
         if (!admitted)
           held.fail(
             refusal(

@@ -11,10 +11,12 @@ export interface OpsRoutesOptions {
   redis: Redis;
   pools: ReadonlyMap<string, PoolQueue>;
   registry: Registry;
+  /** True once the replica is shutting down: it must leave the load balancer at once. */
+  draining(): boolean;
 }
 
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
-  const { replicaId, config, redis, pools, registry } = opts;
+  const { replicaId, config, redis, pools, registry, draining } = opts;
   app.get('/v1/models', async () => ({
     object: 'list',
     data: [...config.pools.flatMap((p) => p.models), ...config.passthrough.map((p) => p.model)].map(
@@ -23,6 +25,7 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
   }));
   app.get('/healthz', async () => ({ status: 'ok', replica: replicaId }));
   app.get('/readyz', async (_request, reply) => {
+    if (draining()) return reply.code(503).send({ draining: true });
     const redisOk = await redisHealthy(redis);
     const leaders = redisOk
       ? await Promise.all(
