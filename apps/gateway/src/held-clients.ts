@@ -44,6 +44,7 @@ export class HeldClients {
     });
     this.parked = new ParkedWatch(redis, () => replies.held.values(), {
       intervalMs: options.parkedCheckMs ?? PARKED_CHECK_MS,
+      listening: () => this.loss.connected,
       onLost: (held) => {
         log.warn({ jobId: held.jobId }, 'parked job vanished from Redis');
         void held.abandon(
@@ -115,8 +116,7 @@ export class HeldClients {
 
   private redisBack(afterLoss: boolean): void {
     const orphans = this.orphans.splice(0);
-    if (afterLoss)
-      this.options.log.info({ orphans: orphans.length }, 'reply connection back: taking back jobs');
+    this.options.log.info({ afterLoss, orphans: orphans.length }, 'reply connection back');
     const takeBack = () => {
       for (const orphan of orphans) void orphan();
     };

@@ -8,12 +8,16 @@
 // removed on purpose) and whose add has resolved are read. A job seen missing is reported
 // only when it is still parked and missing at the next read: a dispatcher that has just taken
 // and ended a job publishes its frames before removing it, but they travel on another
-// connection and may be read after our EXISTS answer.
+// connection and may be read after our EXISTS answer. For the same reason nothing is read
+// while the reply connection is down, and what was suspected before it went down is
+// forgotten: a job served meanwhile is gone too, with its frames.
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
 export interface ParkedWatchOptions {
   intervalMs: number;
+  /** Frames can reach this replica (the reply connection is up). */
+  listening(): boolean;
   /** The job of `held` is not in Redis (two reads in a row). */
   onLost(held: HeldRequest): void;
   onError(err: unknown): void;
@@ -41,7 +45,8 @@ export class ParkedWatch {
 
   /** One round of reads: EXISTS per parked job, auto-pipelined, each bounded by the command timeout. */
   async check(): Promise<void> {
-    if (this.running || this.redis.status !== 'ready') return;
+    if (!this.options.listening()) this.suspects.clear();
+    if (this.running || this.redis.status !== 'ready' || !this.options.listening()) return;
     this.running = true;
     try {
       const parked = [...this.held()].filter((h) => h.parked);
