@@ -57,6 +57,8 @@ describe('slow reader', () => {
         async () => ((await stack.sim.state()).running === 0 ? true : undefined),
         'the engine to drop the sequence',
       );
+      // Cut once, by the stall limit: the byte bound is out of reach.
+      expect(await rejected(gateway.url, 'slow_client')).toBe(1);
     } finally {
       socket.destroy();
       await gateway.stop();
