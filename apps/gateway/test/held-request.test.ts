@@ -116,8 +116,15 @@ async function held(jobId: string, h: HeldRequestHooks, stream = true) {
   return { request, answer };
 }
 
+/** A frame without its job id and sequence number (distributed over the union). */
+type FrameBody = Frame extends infer F
+  ? F extends Frame
+    ? Omit<F, 'jobId' | 'seq'>
+    : never
+  : never;
+
 let seq = 0;
-function frame(jobId: string, f: Omit<Frame, 'jobId' | 'seq'>, at = seq++): Frame {
+function frame(jobId: string, f: FrameBody, at = seq++): Frame {
   return { ...f, jobId, seq: at } as Frame;
 }
 
