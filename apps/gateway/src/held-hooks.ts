@@ -8,6 +8,7 @@ import type { ReplyRouter } from './replies.js';
 export interface HeldHooksDeps {
   heartbeatSeconds: number;
   slowClientBytes: number;
+  slowClientStallSeconds: number;
   now(): number;
   metrics: GatewayMetrics;
   replies: ReplyRouter;
@@ -20,8 +21,10 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, model: string): 
     heartbeatMs: deps.heartbeatSeconds * 1000,
     maxParkMs: pool.pool.maxParkSeconds * 1000,
     slowClientBytes: deps.slowClientBytes,
+    slowClientStallMs: deps.slowClientStallSeconds * 1000,
     now,
     removeQueued: (jobId) => pool.removeQueued(jobId),
+    jobKey: (jobId) => pool.jobKey(jobId),
     cancel: deps.publishCancel,
     retryAfter: () => pool.retryAfter(),
     onHeartbeat: () => metrics.heartbeats.inc(),
@@ -34,7 +37,7 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, model: string): 
     onDone: (held, wasQueued) => {
       if (wasQueued) metrics.parked.dec({ model });
       metrics.holding.dec();
-      replies.held.delete(held.jobId);
+      replies.forget(held.jobId);
     },
   };
 }

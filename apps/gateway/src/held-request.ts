@@ -2,7 +2,8 @@
 //
 //   queued ──start──▶ running ──end/error──▶ done
 //     │                  │
-//     └─park timeout / client gone / silence / lost frame──▶ done (with an explicit error)
+//     └─park timeout / client gone / silence / lost frame / slow reader──▶ done (explicit error)
+//     └─abandoned by the replica (Redis lost, job lost, shutdown)──▶ done, job taken back
 //
 // A streaming client gets `: keep-alive` every heartbeat until the first body byte: in the
 // queue and through the engine's prefill. Its headers are committed at the first of the
@@ -13,15 +14,20 @@ import { markStage } from '@sluice/observability';
 import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
 import { sluiceHeaders, type Frame } from '@sluice/protocol';
 import type { ServerResponse } from 'node:http';
+import type { QueuedRemoval } from './pool-queue.js';
 import { refusal, writeRefusal, type Refusal } from './refuse.js';
 
 export interface HeldRequestHooks {
   heartbeatMs: number;
   maxParkMs: number;
   slowClientBytes: number;
+  /** A socket that has not drained for this long is cut and its engine request cancelled. */
+  slowClientStallMs: number;
   now(): number;
-  /** Removes the job if it is still queued; false when the dispatcher took it. */
-  removeQueued(jobId: string): Promise<boolean>;
+  /** Removes the job if it is still queued (see PoolQueue.removeQueued). */
+  removeQueued(jobId: string): Promise<QueuedRemoval>;
+  /** The Redis key that exists while the job does. */
+  jobKey(jobId: string): string;
   cancel(jobId: string, reason: string): void;
   retryAfter(): Promise<number>;
   onHeartbeat(): void;
@@ -37,10 +43,13 @@ type State = 'queued' | 'running' | 'done';
 export class HeldRequest {
   state: State = 'queued';
   lastFrameAt: number;
+  /** The add to the queue resolved: from now on the job exists in Redis until taken. */
+  added = false;
   private expectedSeq = 0;
   private firstByte = false;
   private parkTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
+  private stallTimer: NodeJS.Timeout | undefined;
   private loadState = 'normal';
   private engine = '';
   /** Engine error body collected when the SSE head was already committed as 200. */
@@ -103,6 +112,15 @@ export class HeldRequest {
     }
   }
 
+  get jobKey(): string {
+    return this.hooks.jobKey(this.jobId);
+  }
+
+  /** Queued in Redis and not taken yet: the job must exist, or it was lost. */
+  get parked(): boolean {
+    return this.state === 'queued' && this.added;
+  }
+
   /** The dispatcher went silent past the liveness timeout. */
   silent(): void {
     if (this.state !== 'running') return;
@@ -127,6 +145,18 @@ export class HeldRequest {
     // final chunk, so the client sees an error rather than a truncated answer.
     else res.destroy();
     this.finish();
+  }
+
+  /**
+   * Ends the request from this replica's side (Redis lost, job lost, shutting down): answers
+   * `r` now and returns the taking back of its job (removed if still queued, else the
+   * dispatcher is asked to cancel it), for the caller to run now or once Redis is back.
+   */
+  abandon(r: Refusal, cancelReason: string): () => Promise<void> {
+    const wasQueued = this.state === 'queued';
+    if (this.state === 'done') return async () => {};
+    this.fail(r);
+    return () => this.takeBack(wasQueued, cancelReason);
   }
 
   private started(engine: string, loadState: string): void {
@@ -160,8 +190,39 @@ export class HeldRequest {
   private heartbeat(): void {
     if (this.firstByte || this.state === 'done') return;
     this.commitStream();
-    this.res.write(SSE_KEEPALIVE);
+    this.send(SSE_KEEPALIVE);
     this.hooks.onHeartbeat();
+  }
+
+  /**
+   * Writes to a client that must keep reading: one whose socket has not drained for the stall
+   * limit, or that has the byte limit buffered, is cut and its engine request cancelled, so
+   * it does not hold a slot for nobody.
+   */
+  private send(chunk: Buffer | string): void {
+    if (this.res.destroyed || this.res.write(chunk)) return;
+    if (this.res.writableLength > this.hooks.slowClientBytes)
+      return this.slowClient(`client reads too slowly (${this.res.writableLength} bytes buffered)`);
+    if (this.stallTimer) return;
+    this.stallTimer = setTimeout(
+      () =>
+        this.slowClient(
+          `client read nothing for ${this.hooks.slowClientStallMs / 1000} s (SLUICE_SLOW_CLIENT_STALL_SECONDS)`,
+        ),
+      this.hooks.slowClientStallMs,
+    );
+    this.res.once('drain', () => {
+      clearTimeout(this.stallTimer);
+      this.stallTimer = undefined;
+    });
+  }
+
+  private slowClient(message: string): void {
+    if (this.state === 'done') return;
+    this.hooks.cancel(this.jobId, 'slow_client');
+    this.hooks.onRefused(this, refusal('slow_client', message));
+    this.res.destroy();
+    this.finish();
   }
 
   private head(status: number, contentType: string): void {
@@ -185,14 +246,7 @@ export class HeldRequest {
       clearInterval(this.heartbeatTimer);
       this.hooks.onFirstByte(this);
     }
-    // Only a client that does not drain counts as slow: write() says so once the socket's
-    // buffer is full, and from then on what piles up here is bounded by the limit.
-    if (!this.res.write(chunk) && this.res.writableLength > this.hooks.slowClientBytes) {
-      this.hooks.cancel(this.jobId, 'slow_client');
-      this.hooks.onRefused(this, refusal('slow_client', 'client reads too slowly'));
-      this.res.destroy();
-      this.finish();
-    }
+    this.send(chunk);
   }
 
   private end(): void {
@@ -221,15 +275,23 @@ export class HeldRequest {
 
   private async parkTimeout(): Promise<void> {
     if (this.state !== 'queued') return;
-    let removed = false;
+    let removal: QueuedRemoval | 'error';
     try {
-      removed = await this.hooks.removeQueued(this.jobId);
+      removal = await this.hooks.removeQueued(this.jobId);
     } catch {
-      removed = false;
+      // Redis did not answer in time. The job is past its deadline now, so a dispatcher that
+      // takes it later drops it; the client must not wait for that.
+      removal = 'error';
     }
-    // Not removed: the dispatcher took the job in the meantime; it runs normally.
-    if (!removed || this.state !== 'queued') return;
-    const retryAfter = await this.hooks.retryAfter();
+    // Taken: the dispatcher took the job in the meantime; it runs normally.
+    if (removal === 'taken' || this.state !== 'queued') return;
+    if (removal === 'missing')
+      return this.fail(
+        refusal('queue_lost', 'the queued request was lost by Redis (restarted or failed over)'),
+      );
+    if (removal === 'error')
+      return this.fail(refusal('redis_unavailable', 'queue unavailable (Redis does not answer)'));
+    const retryAfter = await this.hooks.retryAfter().catch(() => undefined);
     this.fail(
       refusal(
         'park_timeout',
@@ -243,8 +305,20 @@ export class HeldRequest {
     const wasQueued = this.state === 'queued';
     this.hooks.onRefused(this, refusal('cancelled', 'client closed the connection'));
     this.finish();
-    if (wasQueued && (await this.hooks.removeQueued(this.jobId).catch(() => false))) return;
-    this.hooks.cancel(this.jobId, 'client_gone');
+    await this.takeBack(wasQueued, 'client_gone');
+  }
+
+  /**
+   * A queued job is removed; any other (running, taken meanwhile, not in Redis yet or any
+   * more, Redis not answering) gets a cancel, which the dispatcher also remembers for a job
+   * it has not released yet.
+   */
+  private async takeBack(wasQueued: boolean, reason: string): Promise<void> {
+    if (wasQueued) {
+      const removal = await this.hooks.removeQueued(this.jobId).catch(() => 'error' as const);
+      if (removal === 'removed') return;
+    }
+    this.hooks.cancel(this.jobId, reason);
   }
 
   private finish(): void {
@@ -253,6 +327,7 @@ export class HeldRequest {
     this.state = 'done';
     clearTimeout(this.parkTimer);
     clearInterval(this.heartbeatTimer);
+    clearTimeout(this.stallTimer);
     this.hooks.onDone(this, wasQueued);
   }
 }

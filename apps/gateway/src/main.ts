@@ -11,11 +11,13 @@ import {
   loggerOptions,
   Registry,
 } from '@sluice/observability';
-import { encodeCancel, keySpace } from '@sluice/protocol';
+import { keySpace } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
+import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
+import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
 import { UNKNOWN_MODEL } from './labels.js';
 import { Passthrough } from './passthrough.js';
@@ -33,7 +35,10 @@ export interface Gateway {
   readonly url: string;
   /** Resolves (never rejects) with the error this replica cannot run past: a wrong Redis password. */
   readonly fatal: Promise<Error>;
+  /** Drains (SHUTDOWN_DRAIN_SECONDS at most, less when nothing is held), then closes. */
   close(): Promise<void>;
+  /** Ends a drain in progress now (a second signal). */
+  cutDrainShort(): void;
 }
 
 export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
@@ -109,11 +114,17 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   );
   const passthrough = new Passthrough();
 
-  const publishCancel = (jobId: string, reason: string) => {
-    redis
-      .publish(keys.cancelChannel, encodeCancel(jobId, reason))
-      .catch((err: unknown) => log.warn({ err, jobId }, 'cancel publish failed'));
-  };
+  const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
+    onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
+  });
+  const held = new HeldClients({
+    replies,
+    redis,
+    subscriber,
+    redisLossGraceMs: limits.redisLossGraceSeconds * 1000,
+    drainMs: limits.shutdownDrainSeconds * 1000,
+    log,
+  });
 
   function refuse(reply: FastifyReply, model: string, r: Refusal) {
     metrics.rejected.inc({ model, reason: r.reason });
@@ -130,6 +141,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const hooksDeps: HeldHooksDeps = {
     heartbeatSeconds: limits.heartbeatSeconds,
     slowClientBytes: limits.slowClientBytes,
+    slowClientStallSeconds: limits.slowClientStallSeconds,
     now,
     metrics,
     replies,
@@ -146,9 +158,17 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     metrics,
     now,
     heldHooks: (pool, model) => heldHooks(hooksDeps, pool, model),
+    admit: (kind) => held.admit(kind),
     refuse,
   });
-  await app.register(opsRoutes, { replicaId, routing, redisUp, pools, registry });
+  await app.register(opsRoutes, {
+    replicaId,
+    routing,
+    redisUp,
+    pools,
+    registry,
+    draining: () => held.draining,
+  });
 
   let url: string | undefined;
   let closing = false;
@@ -208,17 +228,21 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     async close() {
       closing = true;
       discovery.abort();
+      await held.shutdown();
+      held.stop();
       probe.stop();
       replies.stop();
       await heartbeat.stop();
-      // Held streams can last minutes: give them a moment, then cut.
-      const force = setTimeout(() => app.server.closeAllConnections(), 5000);
+      // Every held client is answered; what is left are idle keep-alive connections and
+      // pass-through requests, which get a second.
+      const force = setTimeout(() => app.server.closeAllConnections(), 1000);
       await app.close();
       clearTimeout(force);
       await passthrough.close();
       await Promise.all([...pools.values()].map((p) => p.close()));
       await Promise.all([redis, bull, subscriber].map(closeRedis));
     },
+    cutDrainShort: () => held.cutDrainShort(),
   };
 }
 
@@ -245,7 +269,12 @@ export async function runGateway(): Promise<void> {
     process.stderr.write(`sluice gateway: ${err.message.replace(/\s+/g, ' ')}\n`);
     process.exit(1);
   });
-  const stop = () => void gateway.close().then(() => process.exit(0));
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  let closing = false;
+  const stop = () => {
+    if (closing) return gateway.cutDrainShort();
+    closing = true;
+    void gateway.close().then(() => process.exit(0));
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
 }

@@ -13,6 +13,10 @@ import {
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue } from 'bullmq';
+import { withTimeout } from './timeout.js';
+
+/** What became of a job the gateway tried to take back from the queue. */
+export type QueuedRemoval = 'removed' | 'taken' | 'missing';
 
 // Admission to the queue, exact across replicas and concurrent requests: counts the pool's
 // queued jobs (plain wait list + prioritised set + long prompts the dispatcher holds back in
@@ -119,7 +123,7 @@ export class PoolQueue {
     if (queued < 0) {
       this.lastQueued = this.pool.queueDepth;
       // Gone before the refusal is answered; it would expire on its own should Redis be away.
-      await this.redis.del(`${this.jobKeyPrefix}${jobId}`).catch(() => {});
+      await this.redis.del(this.jobKey(jobId)).catch(() => {});
       return false;
     }
     this.redis.zrem(this.reservedKey, jobId).catch(() => {});
@@ -128,9 +132,21 @@ export class PoolQueue {
     return true;
   }
 
-  /** Removes a job that is still queued; false when the dispatcher has taken it already. */
-  async removeQueued(jobId: string): Promise<boolean> {
-    return (await this.queue.remove(jobId)) === 1;
+  /** The Redis key of a job's hash: it exists from the add until the job is removed. */
+  jobKey(jobId: string): string {
+    return `${this.jobKeyPrefix}${jobId}`;
+  }
+
+  /**
+   * Removes a job that is still queued. `taken`: the dispatcher holds it (it runs); `missing`:
+   * Redis does not have it (lost with an empty restart, or already ended). BullMQ's removeJob
+   * answers 1 for a job that does not exist, so existence is read first. Both calls are
+   * bounded by the command timeout.
+   */
+  async removeQueued(jobId: string): Promise<QueuedRemoval> {
+    if ((await this.redis.exists(this.jobKey(jobId))) === 0) return 'missing';
+    const removed = await withTimeout(this.queue.remove(jobId), `remove job ${jobId}`);
+    return removed === 1 ? 'removed' : 'taken';
   }
 
   /** The leader's published stats, read at most once a second. */

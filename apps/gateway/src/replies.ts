@@ -1,5 +1,7 @@
 // This replica's reply channel: frames from the dispatcher, routed to held requests by
-// job id, and a watchdog that ends requests whose dispatcher went silent.
+// job id, and a watchdog that ends requests whose dispatcher went silent. Silence counts only
+// while the channel can carry frames: an outage of the connection itself is the business of
+// the loss watch (redis-loss.ts), which answers with the reason that is true.
 import { decodeFrame, frameJobId, messageFrames, ProtocolError, refusal } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
@@ -7,6 +9,7 @@ import type { HeldRequest } from './held-request.js';
 export class ReplyRouter {
   readonly held = new Map<string, HeldRequest>();
   private readonly watchdog: NodeJS.Timeout;
+  private idleWaiters: (() => void)[] = [];
 
   constructor(
     private readonly subscriber: Redis,
@@ -26,11 +29,28 @@ export class ReplyRouter {
     this.subscriber.on('messageBuffer', (channel: Buffer, message: Buffer) => {
       if (channel.toString() === this.channel) this.route(message);
     });
+    // Back from an outage: a dispatcher that kept its requests gets a full silence window.
+    this.subscriber.on('ready', () => {
+      const now = this.now();
+      for (const held of this.held.values()) held.lastFrameAt = Math.max(held.lastFrameAt, now);
+    });
     await this.subscriber.subscribe(this.channel);
   }
 
   stop(): void {
     clearInterval(this.watchdog);
+  }
+
+  /** A request ended: it leaves the table. */
+  forget(jobId: string): void {
+    this.held.delete(jobId);
+    if (this.held.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  /** Resolves once no request is held. */
+  whenIdle(): Promise<void> {
+    if (this.held.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
   /** A message is one frame or a bundle of frames, each for its own request. */
@@ -65,6 +85,7 @@ export class ReplyRouter {
   }
 
   private checkSilence(): void {
+    if (this.subscriber.status !== 'ready') return;
     const cutoff = this.now() - this.silenceTimeoutMs;
     for (const held of this.held.values())
       if (held.state === 'running' && held.lastFrameAt < cutoff) held.silent();

@@ -32,6 +32,8 @@ export interface CompletionRoutesOptions {
   metrics: GatewayMetrics;
   now(): number;
   heldHooks(pool: PoolQueue, model: string): HeldRequestHooks;
+  /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
+  admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
   refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
 }
 
@@ -91,6 +93,8 @@ export async function completionRoutes(
           model,
           refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`),
         );
+      const closed = opts.admit(route.kind);
+      if (closed) return refuse(reply, model, closed);
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
@@ -182,6 +186,7 @@ export async function completionRoutes(
               : 'long';
         const admitted = await addWithin(pool, jobId, payload, level, ENQUEUE_TIMEOUT_MS);
         markStage('gateway.enqueued');
+        held.added = admitted;
         if (!admitted)
           held.fail(
             refusal(

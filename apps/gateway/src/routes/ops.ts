@@ -12,10 +12,12 @@ export interface OpsRoutesOptions {
   redisUp(): boolean;
   pools: ReadonlyMap<string, PoolQueue>;
   registry: Registry;
+  /** True once the replica is shutting down: it must leave the load balancer at once. */
+  draining(): boolean;
 }
 
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
-  const { replicaId, routing, pools, registry } = opts;
+  const { replicaId, routing, pools, registry, draining } = opts;
   app.get('/v1/models', async () => {
     const { config } = routing;
     return {
@@ -29,6 +31,7 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
   app.get('/healthz', async () => ({ status: 'ok', replica: replicaId }));
   // Ready: Redis answers, every pool has a leading dispatcher, and every model name is known.
   app.get('/readyz', async (_request, reply) => {
+    if (draining()) return reply.code(503).send({ draining: true });
     const redis = opts.redisUp();
     const leaders = redis
       ? await Promise.all(

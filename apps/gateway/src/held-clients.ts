@@ -1,0 +1,128 @@
+// Every client this replica holds, through what can go wrong around it: the reply
+// connection lost (redis-loss.ts), parked jobs lost by Redis (parked-watch.ts), and a
+// shutdown (drain.ts). Also the one admission check those states imply for new requests.
+import type { FastifyBaseLogger } from 'fastify';
+import type { Redis } from '@sluice/redis';
+import { drain } from './drain.js';
+import { ParkedWatch } from './parked-watch.js';
+import { ReplyLossWatch } from './redis-loss.js';
+import { refusal, type Refusal } from './refuse.js';
+import type { ReplyRouter } from './replies.js';
+
+/** How often parked jobs are checked for existence (also right after Redis is back). */
+export const PARKED_CHECK_MS = 1000;
+
+export interface HeldClientsOptions {
+  replies: ReplyRouter;
+  /** The command connection (bounded by its command timeout). */
+  redis: Redis;
+  subscriber: Redis;
+  redisLossGraceMs: number;
+  drainMs: number;
+  log: FastifyBaseLogger;
+  parkedCheckMs?: number;
+}
+
+export class HeldClients {
+  private closing = false;
+  private readonly loss: ReplyLossWatch;
+  private readonly parked: ParkedWatch;
+  /** Jobs of clients answered while Redis was away, taken back once it answers again. */
+  private orphans: (() => Promise<void>)[] = [];
+  private cut: () => void = () => {};
+  private readonly cutShort = new Promise<void>((resolve) => {
+    this.cut = resolve;
+  });
+  private readonly onCommandReady = () => void this.parked.check();
+
+  constructor(private readonly options: HeldClientsOptions) {
+    const { replies, redis, subscriber, log } = options;
+    this.loss = new ReplyLossWatch(subscriber, {
+      graceMs: options.redisLossGraceMs,
+      onLost: () => this.redisLost(),
+      onBack: (afterLoss) => this.redisBack(afterLoss),
+    });
+    this.parked = new ParkedWatch(redis, () => replies.held.values(), {
+      intervalMs: options.parkedCheckMs ?? PARKED_CHECK_MS,
+      listening: () => this.loss.connected,
+      onLost: (held) => {
+        log.warn({ jobId: held.jobId }, 'parked job vanished from Redis');
+        void held.abandon(
+          refusal('queue_lost', 'the queued request was lost by Redis (restarted or failed over)'),
+          'queue_lost',
+        )();
+      },
+      onError: (err) => log.warn({ err }, 'parked job check failed'),
+    });
+    redis.on('ready', this.onCommandReady);
+    this.parked.start();
+  }
+
+  /** Set from SIGTERM on: /readyz answers 503 and new requests are refused. */
+  get draining(): boolean {
+    return this.closing;
+  }
+
+  /** The refusal for a new request this replica cannot hold now, if any. */
+  admit(kind: 'pool' | 'passthrough'): Refusal | undefined {
+    if (this.closing)
+      return refusal('shutting_down', 'this gateway replica is shutting down; retry');
+    if (kind === 'pool' && !this.loss.connected)
+      return refusal('redis_unavailable', 'queue unavailable (Redis unreachable)');
+    return undefined;
+  }
+
+  /**
+   * Stops taking requests and serves the held ones for the drain period; resolves once none
+   * is held (at once when none was), answering what is left at its end.
+   */
+  async shutdown(): Promise<void> {
+    this.closing = true;
+    const { replies, drainMs, log } = this.options;
+    log.info({ held: replies.held.size, drainSeconds: drainMs / 1000 }, 'gateway draining');
+    const { cut } = await drain(replies, drainMs, this.cutShort);
+    if (cut > 0) log.warn({ cut }, 'drain period over: held requests answered shutting_down');
+    log.info('gateway drained');
+  }
+
+  /** Ends the drain period now (a second signal). */
+  cutDrainShort(): void {
+    this.cut();
+  }
+
+  stop(): void {
+    this.loss.stop();
+    this.parked.stop();
+    this.options.redis.off('ready', this.onCommandReady);
+  }
+
+  private redisLost(): void {
+    const held = [...this.options.replies.held.values()];
+    this.options.log.warn(
+      { held: held.length, graceSeconds: this.options.redisLossGraceMs / 1000 },
+      'reply connection lost past the grace period: answering held clients',
+    );
+    for (const h of held)
+      this.orphans.push(
+        h.abandon(
+          refusal(
+            'redis_unavailable',
+            'queue unavailable (Redis unreachable); the request was not completed',
+          ),
+          'redis_unavailable',
+        ),
+      );
+  }
+
+  private redisBack(afterLoss: boolean): void {
+    const orphans = this.orphans.splice(0);
+    this.options.log.info({ afterLoss, orphans: orphans.length }, 'reply connection back');
+    const takeBack = () => {
+      for (const orphan of orphans) void orphan();
+    };
+    // The take-backs go over the command connection, which may reconnect a moment later.
+    if (this.options.redis.status === 'ready') takeBack();
+    else this.options.redis.once('ready', takeBack);
+    void this.parked.check();
+  }
+}

@@ -1,0 +1,232 @@
+// One held client against a real redis-server (BullMQ queue through PoolQueue) and real
+// sockets: an HTTP server whose handler holds the request, and a client that reads, or not.
+import { once } from 'node:events';
+import { createServer, type Server, type ServerResponse } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
+import { defaultDegradation, type PoolConfig } from '@sluice/config';
+import { keySpace, type Frame, type JobPayload } from '@sluice/protocol';
+import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { HeldRequest, type HeldRequestHooks } from '../src/held-request.ts';
+import { PoolQueue } from '../src/pool-queue.ts';
+import { refusal } from '../src/refuse.ts';
+
+let server: TestRedis;
+let redis: Redis;
+let bull: Redis;
+let queue: PoolQueue;
+let http: Server;
+let port: number;
+/** The next request's response, handed to the test by the HTTP server. */
+let nextResponse: ((res: ServerResponse) => void) | undefined;
+
+const pool: PoolConfig = {
+  name: 'p',
+  models: ['m'],
+  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' }],
+  queueDepth: 10,
+  maxParkSeconds: 60,
+  degradation: defaultDegradation,
+  longPrompts: {
+    thresholdTokens: 8192,
+    maxShare: 0.5,
+    maxInPrefill: 1,
+    agingSeconds: 60,
+    kvFit: true,
+  },
+};
+
+const payload: JobPayload = {
+  v: 1,
+  body: '{}',
+  path: '/v1/chat/completions',
+  stream: true,
+  replica: 'gw',
+  enqueuedAt: 0,
+  deadline: 1,
+  priority: 0,
+};
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'cmd', role: 'command' });
+  bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
+  await Promise.all([redisReady(redis), redisReady(bull)]);
+  queue = new PoolQueue(pool, keySpace('sluice'), redis, bull, 10, Date.now);
+  http = createServer((_req, res) => {
+    // One request per connection: a kept-alive socket closed between tests would swallow the next.
+    res.shouldKeepAlive = false;
+    nextResponse?.(res);
+  });
+  http.listen(0, '127.0.0.1');
+  await once(http, 'listening');
+  port = (http.address() as AddressInfo).port;
+});
+beforeEach(() => redis.flushall());
+afterEach(() => {
+  http.closeAllConnections();
+});
+afterAll(async () => {
+  http.close();
+  await queue.close();
+  await Promise.all([redis.quit(), bull.quit()]);
+  await server.stop();
+});
+
+interface Recorded {
+  cancels: [string, string][];
+  refused: string[];
+  done: Promise<boolean>;
+}
+
+function hooks(overrides: Partial<HeldRequestHooks> = {}): HeldRequestHooks & Recorded {
+  let markDone: (wasQueued: boolean) => void = () => {};
+  const recorded: Recorded = {
+    cancels: [],
+    refused: [],
+    done: new Promise((resolve) => (markDone = resolve)),
+  };
+  return {
+    ...recorded,
+    heartbeatMs: 60_000,
+    maxParkMs: 60_000,
+    slowClientBytes: 1024 ** 3,
+    slowClientStallMs: 60_000,
+    now: Date.now,
+    removeQueued: (jobId) => queue.removeQueued(jobId),
+    jobKey: (jobId) => queue.jobKey(jobId),
+    cancel: (jobId, reason) => recorded.cancels.push([jobId, reason]),
+    retryAfter: async () => 7,
+    onHeartbeat: () => {},
+    onStarted: () => {},
+    onFirstByte: () => {},
+    onRefused: (_held, r) => recorded.refused.push(r.reason),
+    onDone: (_held, wasQueued) => markDone(wasQueued),
+    ...overrides,
+  };
+}
+
+/** A client request to the test server, and the HeldRequest holding it there. */
+async function held(jobId: string, h: HeldRequestHooks, stream = true) {
+  const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+  const answer = fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' });
+  const request = new HeldRequest(jobId, 'm', stream, Date.now(), Date.now(), await served, h);
+  request.hold();
+  return { request, answer };
+}
+
+/** A frame without its job id and sequence number (distributed over the union). */
+type FrameBody = Frame extends infer F
+  ? F extends Frame
+    ? Omit<F, 'jobId' | 'seq'>
+    : never
+  : never;
+
+let seq = 0;
+function frame(jobId: string, f: FrameBody, at = seq++): Frame {
+  return { ...f, jobId, seq: at } as Frame;
+}
+
+describe('HeldRequest', () => {
+  it('relays the frames of a stream to the client and ends when the engine does', async () => {
+    const h = hooks();
+    const { request, answer } = await held('j1', h);
+    seq = 0;
+    request.onFrame(frame('j1', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+    request.onFrame(
+      frame('j1', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
+    );
+    request.onFrame(frame('j1', { type: 'data', chunk: Buffer.from('data: hi\n\n') }));
+    request.onFrame(frame('j1', { type: 'end' }));
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe('data: hi\n\n');
+    expect(await h.done).toBe(false);
+    expect(h.cancels).toEqual([]);
+  });
+
+  it('answers a parked client whose job Redis lost 503 queue_lost at the park limit, not park_timeout', async () => {
+    const h = hooks({ maxParkMs: 300 });
+    const { request, answer } = await held('lost', h);
+    expect(await queue.add('lost', payload, 'short')).toBe(true);
+    request.added = true;
+    expect(request.parked).toBe(true);
+    await redis.flushall(); // Redis restarted empty
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('queue_lost');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(h.refused).toEqual(['queue_lost']);
+  });
+
+  it('answers a job still queued at the park limit 503 park_timeout and removes it', async () => {
+    const h = hooks({ maxParkMs: 300 });
+    const { request, answer } = await held('waits', h);
+    expect(await queue.add('waits', payload, 'short')).toBe(true);
+    request.added = true;
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('park_timeout');
+    expect(res.headers.get('retry-after')).toBe('7');
+    expect(await redis.exists(queue.jobKey('waits'))).toBe(0);
+  });
+
+  it('abandoned while queued: 503 with the reason given, and the job leaves the queue without a cancel', async () => {
+    const h = hooks();
+    const { request, answer } = await held('q', h);
+    expect(await queue.add('q', payload, 'short')).toBe(true);
+    request.added = true;
+    const takeBack = request.abandon(refusal('shutting_down', 'bye'), 'shutting_down');
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('shutting_down');
+    await takeBack();
+    expect(await redis.exists(queue.jobKey('q'))).toBe(0);
+    expect(h.cancels).toEqual([]);
+  });
+
+  it('abandoned while running: the error goes in-band and the engine request is cancelled', async () => {
+    const h = hooks();
+    const { request, answer } = await held('r', h);
+    seq = 0;
+    request.onFrame(frame('r', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+    request.onFrame(
+      frame('r', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
+    );
+    request.onFrame(frame('r', { type: 'data', chunk: Buffer.from('data: a\n\n') }));
+    const takeBack = request.abandon(refusal('redis_unavailable', 'gone'), 'redis_unavailable');
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(await res.text()).toMatch(/^data: a\n\ndata: \{"error":.*"code":"redis_unavailable"/);
+    expect(h.cancels).toEqual([]); // taken back only when the caller says so (Redis back)
+    await takeBack();
+    expect(h.cancels).toEqual([['r', 'redis_unavailable']]);
+  });
+
+  it('cuts a client whose socket has not drained for the stall limit and cancels its engine request', async () => {
+    const h = hooks({ slowClientStallMs: 200 });
+    const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+    const socket = connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}');
+    socket.pause(); // reads nothing from here on
+    const request = new HeldRequest('slow', 'm', true, Date.now(), Date.now(), await served, h);
+    request.hold();
+    seq = 0;
+    request.onFrame(frame('slow', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+    request.onFrame(
+      frame('slow', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
+    );
+    // The engine keeps producing; the kernel's buffers fill, then the response stops draining.
+    const res = await served;
+    const chunk = Buffer.alloc(64 * 1024, 'x');
+    const engine = setInterval(() => request.onFrame(frame('slow', { type: 'data', chunk })), 10);
+    await h.done.finally(() => clearInterval(engine));
+    expect(res.writableLength).toBeLessThan(h.slowClientBytes);
+    await h.done;
+    expect(h.cancels).toEqual([['slow', 'slow_client']]);
+    expect(h.refused).toEqual(['slow_client']);
+    socket.destroy();
+  });
+});
