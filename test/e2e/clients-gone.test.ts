@@ -13,6 +13,11 @@ import {
   type TestEngineSim,
 } from '../support/index.ts';
 
+// The answer must be far larger than what the kernel buffers for a loopback connection that
+// nobody reads (tcp_rmem's maximum alone is 32 MiB on some hosts): 600,000 tokens make
+// about 120 MB of SSE, so the gateway's own socket must back up whatever the host's limits.
+const FLOOD_TOKENS = 600_000;
+
 let stack: Stack;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
@@ -22,7 +27,7 @@ let client: Redis;
 beforeAll(async () => {
   // No gateway yet: each test starts the replicas it needs.
   stack = await startStack({
-    sim: ['--max-num-seqs', '64'],
+    sim: ['--max-num-seqs', '64', '--max-model-len', String(FLOOD_TOKENS + 1000)],
     env: { ADMISSION_MAX_INFLIGHT: '2', SLUICE_REPLICA_TTL_MS: '500' },
     gateways: 0,
   });
@@ -65,7 +70,7 @@ describe('clients that are gone', () => {
       const body = JSON.stringify({
         model: 'm',
         messages: [{ role: 'user', content: 'flood' }],
-        max_tokens: 130_000,
+        max_tokens: FLOOD_TOKENS,
         ignore_eos: true,
         stream: true,
       });

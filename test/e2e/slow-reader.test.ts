@@ -5,10 +5,18 @@ import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, startGateway, startStack, type Stack } from '../support/index.ts';
 
+// The answer must be far larger than what the kernel buffers for a loopback connection that
+// nobody reads (tcp_rmem's maximum alone is 32 MiB on some hosts): 600,000 tokens make
+// about 120 MB of SSE, so the gateway's own socket must back up whatever the host's limits.
+const FLOOD_TOKENS = 600_000;
+
 let stack: Stack;
 
 beforeAll(async () => {
-  stack = await startStack({ sim: ['--max-num-seqs', '64'], gateways: 0 });
+  stack = await startStack({
+    sim: ['--max-num-seqs', '64', '--max-model-len', String(FLOOD_TOKENS + 1000)],
+    gateways: 0,
+  });
 });
 
 afterAll(async () => {
@@ -36,7 +44,7 @@ describe('slow reader', () => {
       const body = JSON.stringify({
         model: 'm',
         messages: [{ role: 'user', content: 'flood' }],
-        max_tokens: 130_000,
+        max_tokens: FLOOD_TOKENS,
         ignore_eos: true,
         stream: true,
       });
