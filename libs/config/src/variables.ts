@@ -186,8 +186,9 @@ export const VARIABLES = {
   SLUICE_REDIS_LOSS_GRACE_SECONDS: v(
     decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
     {
-      fallback: 5,
-      help: "held clients get 503 redis_unavailable (or an in-band error) once the gateway's reply connection has been down this long",
+      // 4, so that with detection and the answer itself every held client hears within 5 s.
+      fallback: 4,
+      help: "held clients get 503 redis_unavailable (or an in-band error) once the gateway's reply connection has been down this long; the dispatcher then cancels the engine requests nobody can receive",
     },
   ),
   SLUICE_SHUTDOWN_DRAIN_SECONDS: v(decimal({ min: 0, max: MAX_TIMER_SECONDS }), {

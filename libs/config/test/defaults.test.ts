@@ -14,7 +14,7 @@ const DEFAULTS: SluiceConfig = {
     slowClientBytes: 4_194_304,
     requestTimeoutSeconds: 30,
     slowClientStallSeconds: 30,
-    redisLossGraceSeconds: 5,
+    redisLossGraceSeconds: 4,
     shutdownDrainSeconds: 25,
     priorityHeader: 'x-sluice-priority',
     maxPriority: 10,

@@ -35,8 +35,9 @@ export interface RedisConnectOptions {
 export function createRedis(url: string, { name, role }: RedisConnectOptions): Redis {
   return new Redis(url, {
     connectionName: name,
-    // Back off up to 2 s between reconnects; never give up: Redis restarts are routine.
-    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 2000),
+    // Back off up to 1 s between reconnects, so service resumes within about a second of
+    // Redis coming back; never give up: Redis restarts are routine.
+    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
     ...roleOptions[role],
   });
 }
