@@ -4,6 +4,14 @@
 import type { Redis } from '@sluice/redis';
 
 const renewScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
+// Taking the lease also succeeds when it already holds our own id: an earlier attempt that
+// timed out on our side may still have reached Redis (ioredis replays commands queued while
+// it reconnects), and without this we would wait a whole TTL for our own key to expire.
+const acquireScript = `local v = redis.call('get', KEYS[1])
+if v == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if v then return 0 end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1`;
 const releaseScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
 
 export interface LeaseEvents {
@@ -55,8 +63,14 @@ export class Lease {
         );
         if (renewed !== 1) this.setLeader(false);
       } else {
-        const taken = await this.redis.set(this.key, this.owner, 'PX', this.ttlMs, 'NX');
-        if (taken === 'OK') this.setLeader(true);
+        const taken = await this.redis.eval(
+          acquireScript,
+          1,
+          this.key,
+          this.owner,
+          String(this.ttlMs),
+        );
+        if (taken === 1) this.setLeader(true);
       }
     } catch (err) {
       // Redis unreachable: we cannot prove we still hold the lease, so we do not.

@@ -76,4 +76,15 @@ describe('lease', () => {
     await b.acquired;
     expect(await redis.get('lease:p')).toBe('b');
   });
+
+  it('takes at once a key that already holds its own id (an attempt that timed out on our side but landed)', async () => {
+    await redis.set('lease:p', 'b', 'PX', 60_000);
+    const b = lease('b', 60_000);
+    await b.firstAttempt;
+    expect(b.lease.isLeader).toBe(true);
+    expect(await redis.pttl('lease:p')).toBeGreaterThan(0);
+    const c = lease('c');
+    await c.firstAttempt;
+    expect(c.lease.isLeader).toBe(false);
+  });
 });
