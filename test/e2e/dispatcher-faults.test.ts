@@ -8,8 +8,12 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  alive,
+  answer,
+  chat,
   eventually,
   freePort,
+  metricSum,
   queuedJobs,
   sluiceBin,
   startDispatcher,
@@ -17,7 +21,6 @@ import {
   startGateway,
   startProcess,
   startRedis,
-  type SluiceProcess,
   type TestRedis,
 } from '../support/index.ts';
 
@@ -42,36 +45,6 @@ const slowSim = () =>
     '--decode-seconds-per-sequence',
     '0.01',
   ]);
-
-function chat(base: string, content: string, extra: Record<string, unknown> = {}) {
-  return fetch(`${base}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
-  });
-}
-
-/** A whole answer as text; a transport failure becomes text too, to be asserted on. */
-async function answer(response: Promise<Response>): Promise<{ status: number; body: string }> {
-  try {
-    const r = await response;
-    return { status: r.status, body: await r.text() };
-  } catch (err) {
-    return { status: 0, body: `transport error: ${String(err)}` };
-  }
-}
-
-const alive = (p: SluiceProcess) =>
-  p.process.child.exitCode === null && p.process.child.signalCode === null;
-
-/** A gauge or counter summed over its series, from a /metrics text. */
-async function metricSum(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  return text
-    .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
-    .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
-}
 
 describe('dispatcher faults', () => {
   it('leader SIGTERM with 2 in flight and 6 queued: the standby leads, 8/8 complete intact, the engine sees each once', async () => {

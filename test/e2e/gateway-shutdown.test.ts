@@ -5,7 +5,14 @@
 // cut with an in-band error and its engine request is cancelled.
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, queuedJobs, startGateway, startStack, type Stack } from '../support/index.ts';
+import {
+  eventually,
+  queuedJobs,
+  readAll,
+  type Stack,
+  startGateway,
+  startStack,
+} from '../support/index.ts';
 
 let stack: Stack;
 let client: Redis;
@@ -42,21 +49,6 @@ function chat(base: string, tag: string, extra: Record<string, unknown> = {}) {
     headers: { 'content-type': 'application/json' },
     body: chatBody(tag, extra),
   });
-}
-
-async function readAll(res: Response): Promise<string> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return text;
-      text += decoder.decode(value, { stream: true });
-    }
-  } catch (err) {
-    return `${text}\ntransport error: ${String(err)}`;
-  }
 }
 
 /** The content deltas of an SSE chat stream, joined. */

@@ -12,13 +12,15 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  chat,
   eventually,
   queuedJobs,
+  readAll,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -64,29 +66,6 @@ async function restartRedis(persisted: boolean) {
     port: redis.port,
     ...(persisted ? { appendonly: aofDir } : {}),
   });
-}
-
-function chat(base: string, content: string, extra: Record<string, unknown> = {}) {
-  return fetch(`${base}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
-  });
-}
-
-async function readAll(res: Response): Promise<string> {
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return text;
-      text += decoder.decode(value, { stream: true });
-    }
-  } catch (err) {
-    return `${text}\ntransport error: ${String(err)}`;
-  }
 }
 
 /** A request queued while the dispatcher is stopped (SIGSTOP), so it stays queued. */

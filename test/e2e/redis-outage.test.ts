@@ -9,12 +9,16 @@
 // figures; the test asserts outcomes, not speed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  alive,
+  answer,
+  chat,
   eventually,
+  metricSum,
+  type SluiceProcess,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
-  type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -57,31 +61,6 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-interface Answer {
-  status: number;
-  reason: string | null;
-  retryAfter: string | null;
-  body: string;
-}
-
-async function answer(response: Promise<Response>): Promise<Answer> {
-  const res = await response;
-  return {
-    status: res.status,
-    reason: res.headers.get('x-sluice-reject-reason'),
-    retryAfter: res.headers.get('retry-after'),
-    body: await res.text(),
-  };
-}
-
-function chat(base: string, content: string, extra: Record<string, unknown>) {
-  return fetch(`${base}/v1/chat/completions`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
-  });
-}
-
 /** Opens a stream and resolves once its first event arrived, with the rest of it to come. */
 async function openStream(base: string, content: string) {
   const res = await chat(base, content, { stream: true, max_tokens: 100_000, ignore_eos: true });
@@ -103,19 +82,6 @@ async function openStream(base: string, content: string) {
   })();
   return { rest };
 }
-
-/** The sum of a metric's series; undefined when the process exports none of them. */
-async function metricSum(url: string, name: string): Promise<number | undefined> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const lines = text
-    .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
-  return lines.length === 0
-    ? undefined
-    : lines.reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
-}
-
-const alive = (p: SluiceProcess) => p.process.child.exitCode === null && !p.process.child.killed;
 
 describe('a Redis outage, end to end', () => {
   it('answers every held client, refuses newcomers with 503, cancels the engine work, and resumes with no slot leaked', async () => {

@@ -11,3 +11,4 @@ export {
 export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
 export { queuedJobs } from './queue.ts';
 export { startStack, type Stack, type StackOptions } from './stack.ts';
+export { alive, answer, chat, metricSum, readAll, type Answer } from './client.ts';
