@@ -101,8 +101,9 @@ describe('Redis faults under held clients', () => {
       await gateway.process.waitForLine(/"msg":"reply connection back"/);
       dispatcher.process.child.kill('SIGCONT');
       const res = await answer;
-      expect(res.status).toBe(200);
-      expect(((await res.json()) as { object: string }).object).toBe('chat.completion');
+      const text = await res.text();
+      expect(res.status, `${res.headers.get('x-sluice-reject-reason')}: ${text}`).toBe(200);
+      expect((JSON.parse(text) as { object: string }).object).toBe('chat.completion');
     } finally {
       dispatcher.process.child.kill('SIGCONT');
       await gateway.stop();

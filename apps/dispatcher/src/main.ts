@@ -100,8 +100,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   const cancels = new CancelBook(60_000, now);
   const pruneCancels = setInterval(() => cancels.prune(), 10_000);
   pruneCancels.unref();
+  const replicas = new ReplicaLiveness(redis, keys, 500, config.replica.ttlMs, now);
   const reach = new Reach({
     redis,
+    replicasSettled: () => replicas.settled(),
     keys,
     cancels,
     ledgers: () => pools.map((p) => p.ledger),
@@ -120,7 +122,6 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     },
     (channel) => reach.unheard(channel),
   );
-  const replicas = new ReplicaLiveness(redis, keys, 500, now);
 
   subscriber.on('message', (_channel: string, message: string) => {
     try {

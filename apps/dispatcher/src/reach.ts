@@ -15,6 +15,8 @@ export interface ReachDeps {
   keys: KeySpace;
   cancels: CancelBook;
   ledgers: () => readonly InflightLedger[];
+  /** False right after Redis came back: live replicas may not have beaten or resubscribed yet. */
+  replicasSettled: () => boolean;
   replicaTtlMs: number;
   lossGraceMs: number;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
@@ -46,6 +48,7 @@ export class Reach {
 
   /** A frame published on `channel` reached no subscriber: its replica holds no clients. */
   unheard(channel: string): void {
+    if (!this.deps.replicasSettled()) return;
     this.cancelWhere(
       (e) => this.deps.keys.replyChannel(e.payload.replica) === channel,
       'cancelled',
@@ -77,7 +80,7 @@ export class Reach {
   /** One pipelined EXISTS for the replicas of the running jobs. */
   async checkReplicas(): Promise<void> {
     const replicas = [...new Set(this.running().map((e) => e.payload.replica))];
-    if (replicas.length === 0 || this.checking) return;
+    if (replicas.length === 0 || this.checking || !this.deps.replicasSettled()) return;
     this.checking = true;
     try {
       const pipeline = this.deps.redis.pipeline();

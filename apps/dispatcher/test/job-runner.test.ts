@@ -73,7 +73,7 @@ const engine = () =>
     },
   );
 
-function runner(replicas = new ReplicaLiveness(command, keys, 0, Date.now)) {
+function runner(replicas = new ReplicaLiveness(command, keys, 0, 0, Date.now)) {
   return new JobRunner({
     pool: 'p',
     keys,
@@ -179,7 +179,7 @@ describe('job runner', () => {
     try {
       const { job, entry, frames } = await take();
       await expect(
-        runner(new ReplicaLiveness(gone, keys, 0, Date.now)).run(entry),
+        runner(new ReplicaLiveness(gone, keys, 0, 0, Date.now)).run(entry),
       ).resolves.toBeUndefined();
       ledger.complete(entry);
       await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');

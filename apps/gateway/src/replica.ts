@@ -13,11 +13,17 @@ export class ReplicaHeartbeat {
   ) {}
 
   async start(): Promise<void> {
+    // Back at once after Redis returns (empty, or with the key expired), not a third of the
+    // TTL later: until it beats, a dispatcher would take this replica for dead.
+    this.redis.on('ready', this.onReady);
     await this.beat();
     this.timer = setInterval(() => void this.beat(), Math.max(100, Math.floor(this.ttlMs / 3)));
   }
 
+  private readonly onReady = () => void this.beat();
+
   async stop(): Promise<void> {
+    this.redis.off('ready', this.onReady);
     clearInterval(this.timer);
     await this.redis.del(this.key).catch(this.onError);
   }
