@@ -124,7 +124,10 @@ export class JobRunner {
         degraded.body,
         relay,
         controller.signal,
-        () => work.firstByte(now()),
+        () => {
+          entry.firstByteAt = now();
+          work.firstByte(entry.firstByteAt);
+        },
       );
     } finally {
       cancels.unregister(jobId);

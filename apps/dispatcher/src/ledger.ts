@@ -17,7 +17,16 @@ export interface InflightJob {
   readonly work: ReleasedWork;
   /** When the runner handed the request to the engine's connection (after its own checks). */
   callStartedAt?: number;
+  /** When the first byte of the engine's response body arrived. */
+  firstByteAt?: number;
 }
+
+/**
+ * How long a stream handed to the engine may still be on its way there (connect, write, the
+ * engine's parse) before a scrape is taken to have counted it anyway. A stream proves sooner
+ * that the engine runs it: by its first byte.
+ */
+export const STREAM_TRANSIT_MS = 1000;
 
 export interface LedgerDeps {
   pool: string;
@@ -47,20 +56,26 @@ export class InflightLedger {
   }
 
   /**
-   * How many of this dispatcher's requests on `engine` a scrape sent at `sentAt` can have
-   * counted: only those already handed to the engine's connection by then. A job still in
-   * the runner's own checks (a Redis round trip, slow on a busy host) is in flight for the
-   * cap but not yet on the engine; counting it as seen would hide as much bypass traffic.
+   * How many of this dispatcher's requests on `engine` a scrape sent at `sentAt` surely
+   * counted. A job still in the runner's own checks (a Redis round trip, slow on a busy host)
+   * is in flight for the cap but not on the engine; counting it as seen would hide as much
+   * bypass traffic. A stream handed over just before the scrape may still be on its way (the
+   * scrape travels on a warm connection of its own and can overtake it): it counts once its
+   * first byte came before the scrape, or once it has been handed over for STREAM_TRANSIT_MS.
+   * A non-streaming request shows nothing before its end, so it counts once handed over: the
+   * rule for streams would count every short one as bypass traffic and starve the gate.
    */
   onEngineBy(engine: EngineSlot, sentAt: number): number {
     let n = 0;
-    for (const entry of this.jobs.values())
-      if (
-        entry.engine === engine &&
-        entry.callStartedAt !== undefined &&
-        entry.callStartedAt <= sentAt
-      )
-        n += 1;
+    for (const e of this.jobs.values()) {
+      if (e.engine !== engine || e.callStartedAt === undefined || e.callStartedAt > sentAt)
+        continue;
+      const surely =
+        !e.payload.stream ||
+        (e.firstByteAt !== undefined && e.firstByteAt <= sentAt) ||
+        e.callStartedAt <= sentAt - STREAM_TRANSIT_MS;
+      if (surely) n += 1;
+    }
     return n;
   }
 

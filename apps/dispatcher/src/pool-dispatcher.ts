@@ -196,7 +196,10 @@ export class PoolDispatcher {
       ledger: this.ledger,
       runner: this.runner,
       metrics,
-      mayTake: () => this.lease.isLeader && !this.closing,
+      // The reply path must be up too: a job released while the command connection is still
+      // reconnecting (a SIGSTOP or a partition just ended) would run with its frames stuck,
+      // and its gateway would take the finished, removed job for one Redis lost.
+      mayTake: () => this.lease.isLeader && !this.closing && deps.redis.status === 'ready',
       log,
       now,
     });
@@ -218,6 +221,7 @@ export class PoolDispatcher {
     void this.worker.startStalledCheckTimer();
     void this.lease.start();
     this.locks.start();
+    this.deps.redis.on('ready', this.onRedisReady);
     const stats = setInterval(() => void this.stats.publish(), 1000);
     // The load signal is sampled at the scrape cadence, so the EMA weighs readings evenly.
     const load = setInterval(() => this.sampleLoad(), this.deps.scrape.intervalMs);
@@ -236,6 +240,7 @@ export class PoolDispatcher {
    */
   async close(): Promise<void> {
     this.closing = true;
+    this.deps.redis.off('ready', this.onRedisReady);
     for (const t of this.timers) clearInterval(t);
     await this.lease.stop();
     // A take blocks at most BullMQ's block timeout (10 s with delayed jobs), unless Redis is
@@ -259,6 +264,11 @@ export class PoolDispatcher {
     );
     this.deps.cancels.cancel(entry.id, 'the dispatcher lost the job', 'dispatcher_lost');
   }
+
+  /** The command connection is back: a loop that stopped for it starts again if we lead. */
+  private readonly onRedisReady = () => {
+    if (this.lease.isLeader && !this.closing) this.loop.start();
+  };
 
   private onAcquired(): void {
     const { log, metrics } = this.deps;

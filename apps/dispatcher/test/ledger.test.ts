@@ -7,7 +7,7 @@ import { startRedis, type TestRedis } from '@sluice/test/support';
 import { Queue, Worker, type Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createEngineSlot, type EngineSlot } from '../src/engine-slot.ts';
-import { InflightLedger } from '../src/ledger.ts';
+import { InflightLedger, STREAM_TRANSIT_MS } from '../src/ledger.ts';
 import { PrefillRate } from '../src/prefill-tracker.ts';
 
 let server: TestRedis;
@@ -138,7 +138,8 @@ describe('what a scrape can have seen', () => {
     const b = engine('b');
     const begin = async (on: EngineSlot) => {
       const { job, token } = await take(payload());
-      return ledger.begin(job, token, on, payload(), false);
+      // Non-streaming: counted once handed over (streams: the next test).
+      return ledger.begin(job, token, on, { ...payload(), stream: false }, false);
     };
     const first = await begin(a);
     const second = await begin(a);
@@ -155,5 +156,28 @@ describe('what a scrape can have seen', () => {
     expect(ledger.onEngineBy(a, 2_000)).toBe(1);
     ledger.complete(second);
     ledger.complete(other);
+  });
+
+  it('counts a stream once its first byte came before the scrape, or once it had time to arrive', async () => {
+    const { ledger, engine } = setup();
+    const a = engine('a');
+    const { job, token } = await take(payload());
+    const stream = ledger.begin(job, token, a, { ...payload(), stream: true }, false);
+    stream.callStartedAt = 10_000;
+    // Handed over, but the scrape may have overtaken it on the way to the engine.
+    expect(ledger.onEngineBy(a, 10_500)).toBe(0);
+    stream.firstByteAt = 10_400;
+    expect(ledger.onEngineBy(a, 10_300)).toBe(0);
+    expect(ledger.onEngineBy(a, 10_400)).toBe(1);
+    stream.firstByteAt = undefined; // a long prefill: no byte yet
+    expect(ledger.onEngineBy(a, 10_000 + STREAM_TRANSIT_MS - 1)).toBe(0);
+    expect(ledger.onEngineBy(a, 10_000 + STREAM_TRANSIT_MS)).toBe(1);
+    // A non-streaming request shows nothing before its end: it counts once handed over.
+    const other = await take(payload());
+    const plain = ledger.begin(other.job, other.token, a, { ...payload(), stream: false }, false);
+    plain.callStartedAt = 10_000;
+    expect(ledger.onEngineBy(a, 10_000)).toBe(1);
+    ledger.complete(stream);
+    ledger.complete(plain);
   });
 });

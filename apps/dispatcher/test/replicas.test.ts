@@ -1,6 +1,5 @@
 // Replica liveness against a real redis-server: a missing key means a dead replica only once
 // Redis has been reachable for a whole replica TTL.
-import { once } from 'node:events';
 import { keySpace } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
@@ -39,7 +38,7 @@ describe('replica liveness', () => {
     clock += 3_000;
     expect(replicas.settled()).toBe(true);
     // Redis restarts empty on its port; the connection comes back by itself.
-    const back = once(redis, 'ready');
+    const back = new Promise((resolve) => redis.once('ready', resolve));
     await server.stop();
     server = await startRedis({ port: server.port });
     await back;
