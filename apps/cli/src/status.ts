@@ -1,7 +1,7 @@
 // `sluice status`: what the leading dispatchers published about each pool, read from Redis.
 import { loadConfig } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
-import { createRedis, redisReady } from '@sluice/redis';
+import { createRedis, redisReady, scanKeys } from '@sluice/redis';
 
 export function formatStatus(
   pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>,
@@ -58,15 +58,13 @@ export async function runStatus(argv: string[]): Promise<void> {
   const json = argv.includes('--json');
   const config = loadConfig(process.env);
   const keys = keySpace(config.redis.prefix);
-  const redis = createRedis(config.redis.url, { name: 'sluice:status', role: 'command' });
+  const redis = createRedis(config.redis, { name: 'sluice:status', role: 'command' });
   redis.on('error', () => {});
   try {
     await redisReady(redis, 3000);
     const names = new Set(config.pools.map((p) => p.name));
     const prefix = keys.poolStatsPrefix;
-    // SCAN, not KEYS: the status command must not block a production Redis.
-    for await (const batch of redis.scanStream({ match: `${prefix}*`, count: 1000 }))
-      for (const key of batch as string[]) names.add(key.slice(prefix.length));
+    for (const key of await scanKeys(redis, `${prefix}*`)) names.add(key.slice(prefix.length));
     const pools = await Promise.all(
       [...names].sort().map(async (pool) => {
         const text = await redis.get(keys.poolStats(pool));

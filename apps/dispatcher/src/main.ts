@@ -51,15 +51,15 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   const now = Date.now;
   const warn = limitedWarn(log);
 
-  const redis = createRedis(config.redis.url, {
+  const redis = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:command`,
     role: 'command',
   });
-  const bull = createRedis(config.redis.url, {
+  const bull = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:bullmq`,
     role: 'bullmq',
   });
-  const subscriber = createRedis(config.redis.url, {
+  const subscriber = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:cancel`,
     role: 'subscriber',
   });

@@ -75,7 +75,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const now = Date.now;
 
   const connect = (role: 'command' | 'bullmq' | 'subscriber', suffix: string) => {
-    const conn = createRedis(loaded.redis.url, {
+    const conn = createRedis(loaded.redis, {
       name: `sluice:gateway:${replicaId}:${suffix}`,
       role,
     });
