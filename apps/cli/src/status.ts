@@ -63,8 +63,12 @@ export async function runStatus(argv: string[]): Promise<void> {
   try {
     await redisReady(redis, 3000);
     const names = new Set(config.pools.map((p) => p.name));
-    const prefix = keys.poolStatsPrefix;
-    for (const key of await scanKeys(redis, `${prefix}*`)) names.add(key.slice(prefix.length));
+    // Pools no dispatcher of this config leads may still publish: list them too. On a
+    // Cluster each master holds the stats of its own pools, so each is scanned.
+    for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
+      const pool = keys.poolOfStatsKey(key);
+      if (pool !== undefined) names.add(pool);
+    }
     const pools = await Promise.all(
       [...names].sort().map(async (pool) => {
         const text = await redis.get(keys.poolStats(pool));
