@@ -1,7 +1,31 @@
 // `sluice status`: what the leading dispatchers published about each pool, read from Redis.
-import { loadConfig } from '@sluice/config';
+import { loadConfig, type RedisTopology } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
-import { createRedis, redisReady, scanKeys } from '@sluice/redis';
+import {
+  createRedis,
+  describeTopology,
+  isCluster,
+  redisReady,
+  scanKeys,
+  sentinelMaster,
+  type Redis,
+} from '@sluice/redis';
+
+/**
+ * The first line: which Redis this is, and where its master is now. The sentinels are asked
+ * directly (a connection alone does not say which node it reached); a cluster says how many
+ * masters share the pools.
+ */
+export async function redisLine(topology: RedisTopology, redis: Redis): Promise<string> {
+  let where = '';
+  if (topology.kind === 'sentinel')
+    where = await sentinelMaster(topology).then(
+      (master) => `  master ${master}`,
+      (err: unknown) => `  master unknown (${err instanceof Error ? err.message : String(err)})`,
+    );
+  else if (isCluster(redis)) where = `  ${redis.nodes('master').length} masters`;
+  return `redis: ${describeTopology(topology)}${where}\n`;
+}
 
 export function formatStatus(
   pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>,
@@ -75,7 +99,12 @@ export async function runStatus(argv: string[]): Promise<void> {
         return { pool, stats: text ? decodePoolStats(text) : undefined };
       }),
     );
-    process.stdout.write(json ? `${JSON.stringify(pools)}\n` : formatStatus(pools, Date.now()));
+    // --json stays the list of pools it always was; the topology is for people.
+    process.stdout.write(
+      json
+        ? `${JSON.stringify(pools)}\n`
+        : (await redisLine(config.redis, redis)) + formatStatus(pools, Date.now()),
+    );
   } finally {
     redis.disconnect();
   }

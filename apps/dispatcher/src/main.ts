@@ -8,7 +8,13 @@ import {
   Registry,
 } from '@sluice/observability';
 import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
-import { createRedis, RedisAuthError, redisHealthy, redisReady } from '@sluice/redis';
+import {
+  createRedis,
+  describeTopology,
+  RedisAuthError,
+  redisHealthy,
+  redisReady,
+} from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
@@ -86,7 +92,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
   });
   const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
-  log.info({ id, url }, 'dispatcher listening: waiting for Redis');
+  log.info(
+    { id, url, redis: describeTopology(config.redis) },
+    'dispatcher listening: waiting for Redis',
+  );
 
   // Waits as long as Redis takes to appear; a wrong password rejects (RedisAuthError).
   try {

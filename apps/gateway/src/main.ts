@@ -12,7 +12,7 @@ import {
   Registry,
 } from '@sluice/observability';
 import { keySpace } from '@sluice/protocol';
-import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { createRedis, describeTopology, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
@@ -218,7 +218,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     for (const conn of [redis, bull, subscriber]) conn.disconnect();
     throw err;
   }
-  log.info({ replica: replicaId, url }, 'gateway listening');
+  log.info({ replica: replicaId, url, redis: describeTopology(loaded.redis) }, 'gateway listening');
   announce();
 
   return {

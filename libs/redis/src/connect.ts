@@ -15,6 +15,11 @@ export { list as listNodes };
 /** A connection to Redis whatever the topology: one node (directly or through Sentinel) or a Cluster. */
 export type Redis = NodeRedis | Cluster;
 
+/** True for a Redis Cluster connection (its `nodes('master')` are the shards). */
+export function isCluster(redis: Redis): redis is Cluster {
+  return redis instanceof Cluster;
+}
+
 export type RedisRole =
   /** Commands on the request path: fail fast when Redis is away instead of queueing forever. */
   | 'command'

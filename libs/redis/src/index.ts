@@ -1,6 +1,7 @@
 export {
   COMMAND_TIMEOUT_MS,
   createRedis,
+  isCluster,
   redisAddress,
   type Redis,
   type RedisConnectOptions,

@@ -1,7 +1,7 @@
 // What `sluice status` says about the Redis it talks to, and reads that must span a Cluster.
 import { maskCredentials, type RedisTopology } from '@sluice/config';
-import { Cluster, Redis as NodeRedis } from 'ioredis';
-import { COMMAND_TIMEOUT_MS, listNodes as list, type Redis } from './connect.js';
+import { Redis as NodeRedis } from 'ioredis';
+import { COMMAND_TIMEOUT_MS, isCluster, listNodes as list, type Redis } from './connect.js';
 import { readCa } from './tls.js';
 
 /** One line naming the topology, credentials masked: `sentinel mymaster via s1:26379,...`. */
@@ -66,7 +66,7 @@ export async function sentinelMaster(
  * On a Cluster each master holds its own keys, so each is scanned.
  */
 export async function scanKeys(redis: Redis, pattern: string): Promise<string[]> {
-  const sources = redis instanceof Cluster ? redis.nodes('master') : [redis];
+  const sources = isCluster(redis) ? redis.nodes('master') : [redis];
   const keys = new Set<string>();
   for (const source of sources)
     for await (const batch of source.scanStream({ match: pattern, count: 1000 }))
