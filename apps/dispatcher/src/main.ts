@@ -11,6 +11,7 @@ import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
 import {
   createRedis,
   describeTopology,
+  isCluster,
   RedisAuthError,
   redisHealthy,
   redisReady,
@@ -127,7 +128,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       metrics.relayFrames.inc({ type });
       if (bytes > 0) metrics.relayBytes.inc(bytes);
     },
-    (channel) => reach.unheard(channel),
+    // On a Redis Cluster PUBLISH counts only the subscribers of the node that took it, so a
+    // frame "heard by none" proves nothing there; dead replicas are still found by their
+    // liveness keys (Reach.checkReplicas).
+    isCluster(redis) ? () => {} : (channel) => reach.unheard(channel),
   );
   const replicas = new ReplicaLiveness(redis, keys, 500, now);
 

@@ -12,7 +12,7 @@ import {
   Registry,
 } from '@sluice/observability';
 import { keySpace } from '@sluice/protocol';
-import { createRedis, describeTopology, redisReady, type Redis } from '@sluice/redis';
+import { createRedis, describeTopology, isCluster, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
@@ -115,6 +115,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const passthrough = new Passthrough();
 
   const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
+    countsReceivers: !isCluster(redis),
     onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
   });
   const held = new HeldClients({

@@ -62,13 +62,29 @@ const onReadonly = (err: Error) =>
   err.message.startsWith('READONLY') ? RESEND_AFTER_RECONNECT : false;
 
 /**
- * A Cluster whose commands give up after COMMAND_TIMEOUT_MS in all, as the `command` role does
- * on one node. ioredis applies `commandTimeout` only once a node takes the command; while the
- * cluster itself reconnects, commands wait in its own queue without a bound.
+ * The Cluster of the `command` role, with two fixes for what Sluice needs of it:
+ * - every command gives up after COMMAND_TIMEOUT_MS in all, as on one node: ioredis applies
+ *   `commandTimeout` only once a node takes the command, and while the cluster itself
+ *   reconnects, commands wait in its own queue without a bound;
+ * - every PUBLISH goes through one node (the owner of PUBLISH_SLOT). A PUBLISH has no key, so
+ *   ioredis sends each one, and each keyless pipeline, to a random node, and the cluster bus
+ *   delivers messages from different nodes in no common order: reply frames would overtake
+ *   each other (the gateway reads that as a lost frame). From one node they arrive in order.
  */
-class BoundedCluster extends Cluster {
-  override sendCommand(command: Command, stream?: never, node?: unknown): unknown {
+const PUBLISH_SLOT = 0;
+
+class SluiceCluster extends Cluster {
+  override sendCommand(
+    command: Command,
+    stream?: never,
+    node?: { slot?: number; redis?: unknown },
+  ): unknown {
     command.setTimeout(COMMAND_TIMEOUT_MS);
+    if (command.name === 'publish') {
+      // A pipeline passes its node before the first command picks the connection: steer it.
+      if (node === undefined) node = { slot: PUBLISH_SLOT };
+      else if (node.redis === undefined) node.slot = PUBLISH_SLOT;
+    }
     return super.sendCommand(command, stream, node);
   }
 }
@@ -105,7 +121,7 @@ function createCluster(
     },
   };
   const nodes = topology.nodes.map(({ host, port }) => ({ host, port }));
-  return role === 'command' ? new BoundedCluster(nodes, options) : new Cluster(nodes, options);
+  return role === 'command' ? new SluiceCluster(nodes, options) : new Cluster(nodes, options);
 }
 
 const list = (nodes: ReadonlyArray<{ host: string; port: number }>) =>
