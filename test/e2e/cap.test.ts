@@ -1,6 +1,7 @@
 // The heart of Sluice: three gateway replicas, one dispatcher and a standby, cap 4, in
 // front of an engine that would take 64. Every answer must be exactly what the engine
 // gives directly, and the engine must never hold more than 4 at once.
+import { keySpace } from '@sluice/protocol';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -70,8 +71,9 @@ describe('hard global cap across gateway replicas', () => {
   it('leaves nothing in Redis once requests are answered', async () => {
     const { Redis } = await import('ioredis');
     const client = new Redis(stack.redis.url);
-    const jobKeys = (await client.keys('sluice:pool-default:*')).filter(
-      (k) => !/:(meta|id|events|stalled-check|marker|pc)$/.test(k),
+    // BullMQ's bookkeeping and Sluice's own per-pool keys share the pool's tag; jobs must not.
+    const jobKeys = (await client.keys(keySpace().queueKey('default', '*'))).filter(
+      (k) => !/:(meta|id|events|stalled-check|marker|pc|lease|stats)$/.test(k),
     );
     await client.quit();
     expect(jobKeys).toEqual([]);

@@ -1,6 +1,7 @@
 // Clients that cannot be served any more: a reader too slow to keep up, and a gateway
 // replica that died with requests still queued.
 import { connect } from 'node:net';
+import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -128,7 +129,9 @@ describe('clients that are gone', () => {
       await eventually(
         async () =>
           (await client.exists(
-            `sluice:replica:${doomed.process.ready.input?.match(/"replica":"([^"]+)"/)?.[1]}`,
+            keySpace().replicaAlive(
+              doomed.process.ready.input?.match(/"replica":"([^"]+)"/)?.[1] ?? '',
+            ),
           )) === 0
             ? true
             : undefined,

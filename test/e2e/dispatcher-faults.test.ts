@@ -5,6 +5,7 @@ import { spawn } from 'node:child_process';
 import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -88,7 +89,7 @@ describe('dispatcher faults', () => {
       };
       expect(received.ids).toHaveLength(8);
       expect(new Set(received.ids).size).toBe(8);
-      expect(await client.get('sluice:lease:default')).toBe('standby');
+      expect(await client.get(keySpace().lease('default'))).toBe('standby');
     } finally {
       await client.quit();
     }

@@ -1,5 +1,6 @@
 // Killing the leading dispatcher with SIGKILL: the standby takes over, clients of the
 // requests that were in flight hear about it, nothing runs twice and the cap holds.
+import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -46,7 +47,7 @@ beforeAll(async () => {
   // The first one leads before the standby starts.
   await eventually(
     async () =>
-      (await new Redis(redis.url).get('sluice:lease:default').finally(() => {})) === 'first'
+      (await new Redis(redis.url).get(keySpace().lease('default')).finally(() => {})) === 'first'
         ? true
         : undefined,
     'the first dispatcher to lead',
@@ -119,7 +120,7 @@ describe('leader failover', () => {
     // The standby takes the lease and releases the queued jobs.
     const answers = await Promise.all(queuedAnswers);
     for (const a of answers) expect(a.status).toBe(200);
-    expect(await client.get('sluice:lease:default')).toBe('second');
+    expect(await client.get(keySpace().lease('default'))).toBe('second');
     await client.quit();
 
     // Every request reached the engine exactly once, and never more than 2 at a time.

@@ -1,6 +1,7 @@
 // Long prompts the leader holds back (in BullMQ's delayed set, while another long prompt
 // prefills) survive a SIGKILL of that leader: the standby adopts them and releases them in
 // turn; the one that was in flight ends with an explicit error; nothing runs twice.
+import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -45,7 +46,7 @@ beforeAll(async () => {
   dispatchers = [await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'first' })];
   const client = new Redis(redis.url);
   await eventually(
-    async () => ((await client.get('sluice:lease:default')) === 'first' ? true : undefined),
+    async () => ((await client.get(keySpace().lease('default'))) === 'first' ? true : undefined),
     'the first dispatcher to lead',
   );
   await client.quit();
@@ -114,7 +115,7 @@ describe('held long prompts across a leader failover', () => {
       expect(answer.status).toBe(200);
       expect(answer.body.endsWith('data: [DONE]\n\n')).toBe(true);
     }
-    expect(await client.get('sluice:lease:default')).toBe('second');
+    expect(await client.get(keySpace().lease('default'))).toBe('second');
     expect(await queuedJobs(client)).toBe(0);
     await client.quit();
 

@@ -2,19 +2,18 @@
 // (BullMQ's plain wait list, its prioritised set, and the delayed set where the leader holds
 // back what may not go yet), with names from @sluice/protocol.
 import { keySpace } from '@sluice/protocol';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 export async function queuedJobs(
-  redis: Redis,
+  redis: Redis | Cluster,
   prefix = 'sluice',
   pool = 'default',
 ): Promise<number> {
   const keys = keySpace(prefix);
-  const queue = `${keys.prefix}:${keys.queueName(pool)}`;
   const [wait, prioritized, held] = await Promise.all([
-    redis.llen(`${queue}:wait`),
-    redis.zcard(`${queue}:prioritized`),
-    redis.zcard(`${queue}:delayed`),
+    redis.llen(keys.queueKey(pool, 'wait')),
+    redis.zcard(keys.queueKey(pool, 'prioritized')),
+    redis.zcard(keys.queueKey(pool, 'delayed')),
   ]);
   return wait + prioritized + held;
 }

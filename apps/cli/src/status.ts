@@ -1,7 +1,31 @@
 // `sluice status`: what the leading dispatchers published about each pool, read from Redis.
-import { loadConfig } from '@sluice/config';
+import { loadConfig, type RedisTopology } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
-import { createRedis, redisReady } from '@sluice/redis';
+import {
+  createRedis,
+  describeTopology,
+  isCluster,
+  redisReady,
+  scanKeys,
+  sentinelMaster,
+  type Redis,
+} from '@sluice/redis';
+
+/**
+ * The first line: which Redis this is, and where its master is now. The sentinels are asked
+ * directly (a connection alone does not say which node it reached); a cluster says how many
+ * masters share the pools.
+ */
+export async function redisLine(topology: RedisTopology, redis: Redis): Promise<string> {
+  let where = '';
+  if (topology.kind === 'sentinel')
+    where = await sentinelMaster(topology).then(
+      (master) => `  master ${master}`,
+      (err: unknown) => `  master unknown (${err instanceof Error ? err.message : String(err)})`,
+    );
+  else if (isCluster(redis)) where = `  ${redis.nodes('master').length} masters`;
+  return `redis: ${describeTopology(topology)}${where}\n`;
+}
 
 export function formatStatus(
   pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>,
@@ -58,22 +82,29 @@ export async function runStatus(argv: string[]): Promise<void> {
   const json = argv.includes('--json');
   const config = loadConfig(process.env);
   const keys = keySpace(config.redis.prefix);
-  const redis = createRedis(config.redis.url, { name: 'sluice:status', role: 'command' });
+  const redis = createRedis(config.redis, { name: 'sluice:status', role: 'command' });
   redis.on('error', () => {});
   try {
     await redisReady(redis, 3000);
     const names = new Set(config.pools.map((p) => p.name));
-    const prefix = keys.poolStatsPrefix;
-    // SCAN, not KEYS: the status command must not block a production Redis.
-    for await (const batch of redis.scanStream({ match: `${prefix}*`, count: 1000 }))
-      for (const key of batch as string[]) names.add(key.slice(prefix.length));
+    // Pools no dispatcher of this config leads may still publish: list them too. On a
+    // Cluster each master holds the stats of its own pools, so each is scanned.
+    for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
+      const pool = keys.poolOfStatsKey(key);
+      if (pool !== undefined) names.add(pool);
+    }
     const pools = await Promise.all(
       [...names].sort().map(async (pool) => {
         const text = await redis.get(keys.poolStats(pool));
         return { pool, stats: text ? decodePoolStats(text) : undefined };
       }),
     );
-    process.stdout.write(json ? `${JSON.stringify(pools)}\n` : formatStatus(pools, Date.now()));
+    // --json stays the list of pools it always was; the topology is for people.
+    process.stdout.write(
+      json
+        ? `${JSON.stringify(pools)}\n`
+        : (await redisLine(config.redis, redis)) + formatStatus(pools, Date.now()),
+    );
   } finally {
     redis.disconnect();
   }

@@ -1,6 +1,6 @@
 // `sluice up`: the whole local stack on one machine, as child processes, stopped together.
-// Redis comes from the PATH unless REDIS_URL is set; the engine simulator runs unless
-// VLLM_URL is set. Components that do not exist yet are named, not faked.
+// Redis comes from the PATH unless REDIS_URL (or a Sentinel or Cluster) is set; the engine
+// simulator runs unless VLLM_URL is set. Components that do not exist yet are named, not faked.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -70,7 +70,9 @@ export async function runUp(argv: string[]): Promise<void> {
 
   try {
     let redisUrl = process.env['REDIS_URL'];
-    if (!redisUrl) {
+    // A Sentinel or Cluster named in the environment is used as it is: no embedded Redis.
+    const outside = !!(process.env['REDIS_SENTINELS'] || process.env['REDIS_CLUSTER_NODES']);
+    if (!redisUrl && !outside) {
       if (spawnSync('redis-server', ['--version']).error)
         throw new Error(
           'redis-server is not on the PATH: run `npm run setup` (installs it from Debian packages) or set REDIS_URL',
@@ -103,7 +105,7 @@ export async function runUp(argv: string[]): Promise<void> {
     // from the operator (VLLM_MAX_NUM_SEQS / ADMISSION_MAX_INFLIGHT).
     const env: Record<string, string | undefined> = {
       ...process.env,
-      REDIS_URL: redisUrl,
+      REDIS_URL: outside ? process.env['REDIS_URL'] : redisUrl,
       VLLM_URL: engineUrl,
       VLLM_MAX_NUM_SEQS:
         process.env['VLLM_MAX_NUM_SEQS'] ?? (process.env['VLLM_URL'] ? undefined : '4'),

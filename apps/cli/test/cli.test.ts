@@ -120,6 +120,7 @@ describe('sluice command', () => {
           ? stdout
           : undefined;
       }, 'sluice status to show the pool');
+      expect(status.split('\n')[0]).toBe(`redis: single redis://127.0.0.1:${redisPort}`);
       expect(status).toMatch(
         /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0 held 0$/m,
       );

@@ -1,5 +1,7 @@
+import { createRedis, redisReady } from '@sluice/redis';
+import { startRedis } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
-import { formatStatus } from '../src/status.ts';
+import { formatStatus, redisLine } from '../src/status.ts';
 
 describe('sluice status output', () => {
   it('shows queue, in-flight/cap, gate and gauges with their age per engine', () => {
@@ -87,5 +89,39 @@ describe('sluice status output', () => {
 
   it('says so when no dispatcher has published anything', () => {
     expect(formatStatus([], 0)).toMatch(/^no pools/);
+  });
+});
+
+describe('sluice status: which Redis', () => {
+  it('names a single node without its password', async () => {
+    const server = await startRedis({ password: 'pw' });
+    const redis = createRedis(server.url, { name: 'status-test', role: 'command' });
+    try {
+      await redisReady(redis);
+      expect(await redisLine({ kind: 'single', url: server.url }, redis)).toBe(
+        `redis: single redis://***@127.0.0.1:${server.port}\n`,
+      );
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
+  });
+
+  it('says why the master is unknown when no sentinel answers', async () => {
+    const server = await startRedis();
+    const redis = createRedis(server.url, { name: 'status-test', role: 'command' });
+    try {
+      await redisReady(redis);
+      const line = await redisLine(
+        { kind: 'sentinel', sentinels: [{ host: '127.0.0.1', port: 1 }], masterName: 'm' },
+        redis,
+      );
+      expect(line).toMatch(
+        /^redis: sentinel m via 127\.0\.0\.1:1 {2}master unknown \(no sentinel named the master m \(127\.0\.0\.1:1: .+\)\)\n$/,
+      );
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
   });
 });

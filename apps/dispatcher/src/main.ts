@@ -8,7 +8,14 @@ import {
   Registry,
 } from '@sluice/observability';
 import { decodeCancel, keySpace, ProtocolError } from '@sluice/protocol';
-import { createRedis, RedisAuthError, redisHealthy, redisReady } from '@sluice/redis';
+import {
+  createRedis,
+  describeTopology,
+  isCluster,
+  RedisAuthError,
+  redisHealthy,
+  redisReady,
+} from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
@@ -51,15 +58,15 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   const now = Date.now;
   const warn = limitedWarn(log);
 
-  const redis = createRedis(config.redis.url, {
+  const redis = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:command`,
     role: 'command',
   });
-  const bull = createRedis(config.redis.url, {
+  const bull = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:bullmq`,
     role: 'bullmq',
   });
-  const subscriber = createRedis(config.redis.url, {
+  const subscriber = createRedis(config.redis, {
     name: `sluice:dispatcher:${id}:cancel`,
     role: 'subscriber',
   });
@@ -86,7 +93,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
   });
   const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
-  log.info({ id, url }, 'dispatcher listening: waiting for Redis');
+  log.info(
+    { id, url, redis: describeTopology(config.redis) },
+    'dispatcher listening: waiting for Redis',
+  );
 
   // Waits as long as Redis takes to appear; a wrong password rejects (RedisAuthError).
   try {
@@ -120,7 +130,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       metrics.relayFrames.inc({ type });
       if (bytes > 0) metrics.relayBytes.inc(bytes);
     },
-    (channel) => reach.unheard(channel),
+    // On a Redis Cluster PUBLISH counts only the subscribers of the node that took it, so a
+    // frame "heard by none" proves nothing there; dead replicas are still found by their
+    // liveness keys (Reach.checkReplicas).
+    isCluster(redis) ? () => {} : (channel) => reach.unheard(channel),
   );
 
   subscriber.on('message', (_channel: string, message: string) => {

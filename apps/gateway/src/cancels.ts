@@ -8,13 +8,18 @@ import type { Redis } from '@sluice/redis';
 export interface CancelPublisherOptions {
   attempts?: number;
   retryMs?: number;
+  /**
+   * PUBLISH answers how many subscribers heard it. Not on a Redis Cluster: there it counts only
+   * the node that took the PUBLISH, while the dispatcher may listen on another; false there.
+   */
+  countsReceivers?: boolean;
   onGiveUp(jobId: string, err: unknown): void;
 }
 
 export function cancelPublisher(
   redis: Redis,
   channel: string,
-  { attempts = 10, retryMs = 1000, onGiveUp }: CancelPublisherOptions,
+  { attempts = 10, retryMs = 1000, countsReceivers = true, onGiveUp }: CancelPublisherOptions,
 ): (jobId: string, reason: string) => void {
   return (jobId, reason) => {
     let attempt = 0;
@@ -25,7 +30,8 @@ export function cancelPublisher(
         setTimeout(send, retryMs).unref();
       };
       redis.publish(channel, encodeCancel(jobId, reason)).then((receivers) => {
-        if (receivers === 0) retry(new Error('no dispatcher subscribed to the cancel channel'));
+        if (receivers === 0 && countsReceivers)
+          retry(new Error('no dispatcher subscribed to the cancel channel'));
       }, retry);
     };
     send();

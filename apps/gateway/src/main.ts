@@ -12,7 +12,7 @@ import {
   Registry,
 } from '@sluice/observability';
 import { keySpace } from '@sluice/protocol';
-import { createRedis, redisReady, type Redis } from '@sluice/redis';
+import { createRedis, describeTopology, isCluster, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
@@ -75,7 +75,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const now = Date.now;
 
   const connect = (role: 'command' | 'bullmq' | 'subscriber', suffix: string) => {
-    const conn = createRedis(loaded.redis.url, {
+    const conn = createRedis(loaded.redis, {
       name: `sluice:gateway:${replicaId}:${suffix}`,
       role,
     });
@@ -115,6 +115,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const passthrough = new Passthrough();
 
   const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
+    countsReceivers: !isCluster(redis),
     onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
   });
   const held = new HeldClients({
@@ -218,7 +219,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     for (const conn of [redis, bull, subscriber]) conn.disconnect();
     throw err;
   }
-  log.info({ replica: replicaId, url }, 'gateway listening');
+  log.info({ replica: replicaId, url, redis: describeTopology(loaded.redis) }, 'gateway listening');
   announce();
 
   return {

@@ -71,11 +71,13 @@ export class PoolQueue {
   ) {
     const name = keys.queueName(pool.name);
     this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
-    this.waitKey = `${keys.prefix}:${name}:wait`;
-    this.prioritizedKey = `${keys.prefix}:${name}:prioritized`;
+    // Every key the reserve script touches, those it builds from jobKeyPrefix included,
+    // carries the pool's hash tag: on a Cluster the script runs on one slot.
+    this.waitKey = keys.queueKey(pool.name, 'wait');
+    this.prioritizedKey = keys.queueKey(pool.name, 'prioritized');
     this.reservedKey = keys.admissions(pool.name);
-    this.delayedKey = `${keys.prefix}:${name}:delayed`;
-    this.jobKeyPrefix = `${keys.prefix}:${name}:`;
+    this.delayedKey = keys.queueKey(pool.name, 'delayed');
+    this.jobKeyPrefix = keys.jobKey(pool.name, '');
   }
 
   /** True when a dispatcher holds this pool's lease (cached for a second). */
@@ -134,7 +136,7 @@ export class PoolQueue {
 
   /** The Redis key of a job's hash: it exists from the add until the job is removed. */
   jobKey(jobId: string): string {
-    return `${this.jobKeyPrefix}${jobId}`;
+    return this.keys.jobKey(this.pool.name, jobId);
   }
 
   /**

@@ -66,7 +66,7 @@ describe('pool queue (gateway side)', () => {
     for (let i = 0; i < 3; i += 1) expect(await queue.add(`k${i}`, payload(), 'short')).toBe(true);
     expect(await queue.add('refused', payload(), 'short')).toBe(false);
     expect(await queue.queue.getJob('refused')).toBeUndefined();
-    expect(await redis.exists(`${keys.prefix}:${keys.queueName('p')}:refused`)).toBe(0);
+    expect(await redis.exists(keys.jobKey('p', 'refused'))).toBe(0);
     expect(await redis.zcard(keys.admissions('p'))).toBe(0);
     expect(await queue.queue.count()).toBe(3);
   });

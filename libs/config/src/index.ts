@@ -1,6 +1,7 @@
 export { loadConfig, type ReadFile } from './load.js';
 export { describeVariables } from './variables.js';
 export { ConfigError } from './errors.js';
+export { maskCredentials } from './rules.js';
 export { defaultDegradation } from './degradation.js';
 export {
   createRouter,
@@ -21,6 +22,10 @@ export type {
   MaxInflightSource,
   PassthroughConfig,
   PoolConfig,
+  RedisAccess,
+  RedisAddress,
+  RedisConfig,
+  RedisTopology,
   SluiceConfig,
   SystemPromptMode,
 } from './types.js';

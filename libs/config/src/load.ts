@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { builtInDegradation } from './degradation.js';
 import { ConfigError, invalid, show } from './errors.js';
 import { readPoolFile } from './file.js';
+import { redisConfig } from './redis.js';
 import { engineNameFromUrl } from './rules.js';
 import type { LongPromptConfig, MaxInflightSource, PoolConfig, SluiceConfig } from './types.js';
 import {
@@ -145,7 +146,7 @@ export function loadConfig(
   const replicaId = vars.get('SLUICE_REPLICA_ID');
   const dispatcherId = vars.get('SLUICE_DISPATCHER_ID');
   return {
-    redis: { url: vars.must('REDIS_URL'), prefix: vars.must('SLUICE_REDIS_PREFIX') },
+    redis: redisConfig(vars),
     http: {
       host: vars.must('HOST'),
       port: vars.must('PORT'),

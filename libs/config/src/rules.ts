@@ -148,6 +148,38 @@ export function redisUrl(): Rule<string> {
   };
 }
 
+/** One `host:port` of a Redis node or sentinel. */
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+const HOST_PORT = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9._-]+)):(\d{1,5})$/;
+
+/**
+ * A comma-separated list of `host:port` (IPv6 in brackets: `[::1]:26379`), blanks around
+ * the commas allowed, no duplicates.
+ */
+export function hostPortList(example: string): Rule<HostPort[]> {
+  const fromText = (raw: string) => {
+    const list: HostPort[] = [];
+    for (const item of raw.split(',').map((part) => part.trim())) {
+      const match = HOST_PORT.exec(item);
+      const port = Number(match?.[3]);
+      if (!match || port < 1 || port > 65535) return undefined;
+      const host = match[1] ?? match[2]!;
+      if (list.some((seen) => seen.host === host && seen.port === port)) return undefined;
+      list.push({ host, port });
+    }
+    return list;
+  };
+  return {
+    allowed: `a comma-separated list of host:port without duplicates, e.g. ${example}`,
+    fromText,
+    fromValue: textOnly(fromText),
+  };
+}
+
 /** Masks the credentials of a URL-like string for messages: `redis://***@host:6379`. */
 export function maskCredentials(raw: string): string {
   return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^@/]*@/i, '$1***@');

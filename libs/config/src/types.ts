@@ -101,8 +101,40 @@ export type GpuSource = 'none' | 'nvml' | 'dcgm' | 'nvidia-smi' | 'mock';
 export type MaxInflightSource =
   'ADMISSION_MAX_INFLIGHT' | 'VLLM_MAX_NUM_SEQS' | 'default' | 'config';
 
+/** One `host:port` of a Redis node or sentinel. */
+export interface RedisAddress {
+  host: string;
+  port: number;
+}
+
+/** Credentials and TLS shared by every topology (a single node may carry them in its URL instead). */
+export interface RedisAccess {
+  /** ACL user on the data nodes. */
+  username?: string;
+  /** Password on the data nodes. */
+  password?: string;
+  /** PEM file of the CA to trust; TLS is on for every connection when set (a single node: `rediss://`). */
+  tlsCaFile?: string;
+}
+
+/** Which Redis Sluice talks to (docs/redis.md); exactly one kind, chosen by the variables set. */
+export type RedisTopology =
+  | ({ kind: 'single'; url: string } & RedisAccess)
+  | ({
+      kind: 'sentinel';
+      sentinels: RedisAddress[];
+      /** The name the sentinels monitor the master under. */
+      masterName: string;
+      /** The sentinels' own password. */
+      sentinelPassword?: string;
+    } & RedisAccess)
+  | ({ kind: 'cluster'; nodes: RedisAddress[] } & RedisAccess);
+
+/** The topology plus the prefix of every key and channel. */
+export type RedisConfig = RedisTopology & { prefix: string };
+
 export interface SluiceConfig {
-  redis: { url: string; prefix: string };
+  redis: RedisConfig;
   http: { host: string; port: number; metricsPort: number };
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];

@@ -10,6 +10,7 @@ import {
   matching,
   oneOf,
   originUrl,
+  hostPortList,
   redisUrl,
   type Rule,
 } from './rules.js';
@@ -62,17 +63,49 @@ function v<T>(rule: Rule<T>, spec: Omit<Variable<NoInfer<T>>, keyof Rule<T>>): V
 }
 
 const ms = (min: number) => integer(min, MAX_TIMER_MS);
+const filePath = matching(/^\S(.*\S)?$/, 'a file path');
+const secret = matching(/^[^\p{Cc}]+$/u, 'text without control characters');
 const id = matching(/^[A-Za-z0-9._-]{1,128}$/, "1 to 128 letters, digits, '.', '_' or '-'");
 
 export const VARIABLES = {
-  SLUICE_CONFIG: v(matching(/^\S(.*\S)?$/, 'a file path'), {
+  SLUICE_CONFIG: v(filePath, {
     defaultText: 'unset',
     help: 'YAML file with pools, engines, pass-through models and degradation profiles (see the README); not together with VLLM_URL',
   }),
   REDIS_URL: v(redisUrl(), {
     fallback: 'redis://127.0.0.1:6379',
-    help: 'Redis for the queue, reply channels and leases; may carry a password and a database number',
+    help: 'Redis for the queue, reply channels and leases (a single node); may carry a password and a database number; leave unset with REDIS_SENTINELS or REDIS_CLUSTER_NODES',
     display: (raw) => show(maskCredentials(raw)),
+  }),
+  REDIS_SENTINELS: v(hostPortList('10.0.0.1:26379,10.0.0.2:26379'), {
+    defaultText: 'unset',
+    help: 'Redis Sentinel: the sentinels to ask for the current master (with REDIS_SENTINEL_MASTER; REDIS_URL unset); see docs/redis.md',
+  }),
+  REDIS_SENTINEL_MASTER: v(id, {
+    defaultText: 'unset',
+    help: 'the master name the sentinels monitor; required with REDIS_SENTINELS',
+  }),
+  REDIS_SENTINEL_PASSWORD: v(secret, {
+    defaultText: 'unset',
+    help: "the sentinels' own password (requirepass of the sentinels), when they have one",
+    display: hidden,
+  }),
+  REDIS_CLUSTER_NODES: v(hostPortList('10.0.0.1:6379,10.0.0.2:6379'), {
+    defaultText: 'unset',
+    help: 'Redis Cluster: seed nodes (any few masters or replicas; REDIS_URL unset); see docs/redis.md',
+  }),
+  REDIS_USERNAME: v(matching(/^[\x21-\x7e]+$/, 'visible ASCII characters (no blanks)'), {
+    defaultText: 'unset',
+    help: 'ACL user on the Redis data nodes (Sentinel, Cluster, or a REDIS_URL without credentials)',
+  }),
+  REDIS_PASSWORD: v(secret, {
+    defaultText: 'unset',
+    help: 'password on the Redis data nodes (Sentinel, Cluster, or a REDIS_URL without credentials)',
+    display: hidden,
+  }),
+  REDIS_TLS_CA_FILE: v(filePath, {
+    defaultText: 'unset',
+    help: 'PEM file of the CA to trust for Redis TLS: needs a rediss:// REDIS_URL; turns TLS on for sentinels and cluster nodes',
   }),
   SLUICE_REDIS_PREFIX: v(
     matching(
@@ -81,7 +114,7 @@ export const VARIABLES = {
     ),
     {
       fallback: 'sluice',
-      help: 'prefix of every Redis key and channel; write {sluice} on Redis Cluster so BullMQ scripts stay in one slot',
+      help: 'prefix of every Redis key and channel; keys are hash-tagged per pool already (docs/redis.md), a {tag} here puts every pool in one slot',
     },
   ),
   HOST: v(matching(/^[A-Za-z0-9._:%-]+$/, 'a host name or IP address (IPv6 without brackets)'), {

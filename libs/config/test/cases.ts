@@ -6,7 +6,15 @@ import type { VariableName } from '../src/variables.js';
 /** Where each variable lands in the config (for the single-engine pool where relevant). */
 export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   SLUICE_CONFIG: (c) => c.pools.map((p) => p.name),
-  REDIS_URL: (c) => c.redis.url,
+  REDIS_URL: (c) => (c.redis.kind === 'single' ? c.redis.url : undefined),
+  REDIS_SENTINELS: (c) => (c.redis.kind === 'sentinel' ? c.redis.sentinels : undefined),
+  REDIS_SENTINEL_MASTER: (c) => (c.redis.kind === 'sentinel' ? c.redis.masterName : undefined),
+  REDIS_SENTINEL_PASSWORD: (c) =>
+    c.redis.kind === 'sentinel' ? c.redis.sentinelPassword : undefined,
+  REDIS_CLUSTER_NODES: (c) => (c.redis.kind === 'cluster' ? c.redis.nodes : undefined),
+  REDIS_USERNAME: (c) => c.redis.username,
+  REDIS_PASSWORD: (c) => c.redis.password,
+  REDIS_TLS_CA_FILE: (c) => c.redis.tlsCaFile,
   SLUICE_REDIS_PREFIX: (c) => c.redis.prefix,
   HOST: (c) => c.http.host,
   PORT: (c) => c.http.port,
@@ -62,6 +70,22 @@ export const bad: Record<VariableName, string[]> = {
     ' redis://host',
     'redis://host#x',
   ],
+  REDIS_SENTINELS: [
+    'sentinel-1',
+    'sentinel-1:0',
+    'sentinel-1:65536',
+    'a:1,,b:2',
+    'a:1,a:1',
+    'redis://a:1',
+    '::1:26379',
+    'a b:1',
+  ],
+  REDIS_SENTINEL_MASTER: ['my master', 'a/b', 'x'.repeat(129)],
+  REDIS_SENTINEL_PASSWORD: ['pass\nword'],
+  REDIS_CLUSTER_NODES: ['node-1', 'node-1:6379,', 'node-1:x'],
+  REDIS_USERNAME: ['sluice user', 'é'],
+  REDIS_PASSWORD: ['line\u0007bell'],
+  REDIS_TLS_CA_FILE: [' /etc/ca.pem'],
   SLUICE_REDIS_PREFIX: ['a b', '{a', 'a}', '{}', '{a}{b}', 'a/b', 'é', 'a.b'],
   HOST: ['a b', '[::1]', 'host/x', ' 0.0.0.0'],
   PORT: ['-1', '65536', '80.5', 'abc', '0x50', '1e3', ' 80', '80 ', '+-1'],
@@ -130,6 +154,42 @@ export const good: Record<
     ['rediss://:s3cret@redis.internal:6380/2', 'rediss://:s3cret@redis.internal:6380/2'],
     ['redis://user:pw@10.0.0.1', 'redis://user:pw@10.0.0.1'],
     ['redis://[::1]:6379/', 'redis://[::1]:6379/'],
+  ],
+  REDIS_SENTINELS: [
+    [
+      '10.0.0.1:26379, sentinel-2.local:26380,[::1]:26381',
+      [
+        { host: '10.0.0.1', port: 26379 },
+        { host: 'sentinel-2.local', port: 26380 },
+        { host: '::1', port: 26381 },
+      ],
+      { REDIS_SENTINEL_MASTER: 'mymaster' },
+    ],
+  ],
+  REDIS_SENTINEL_MASTER: [['mymaster', 'mymaster', { REDIS_SENTINELS: 's:26379' }]],
+  REDIS_SENTINEL_PASSWORD: [
+    ['s3 cret!', 's3 cret!', { REDIS_SENTINELS: 's:26379', REDIS_SENTINEL_MASTER: 'm' }],
+  ],
+  REDIS_CLUSTER_NODES: [
+    [
+      'node-1:6379,node-2:6379',
+      [
+        { host: 'node-1', port: 6379 },
+        { host: 'node-2', port: 6379 },
+      ],
+    ],
+  ],
+  REDIS_USERNAME: [
+    ['sluice', 'sluice'],
+    ['sluice', 'sluice', { REDIS_CLUSTER_NODES: 'n:6379' }],
+  ],
+  REDIS_PASSWORD: [
+    ['pa:ss word', 'pa:ss word'],
+    ['pw', 'pw', { REDIS_SENTINELS: 's:26379', REDIS_SENTINEL_MASTER: 'm' }],
+  ],
+  REDIS_TLS_CA_FILE: [
+    ['/etc/sluice/ca.pem', '/etc/sluice/ca.pem', { REDIS_URL: 'rediss://redis:6380' }],
+    ['/etc/sluice/ca.pem', '/etc/sluice/ca.pem', { REDIS_CLUSTER_NODES: 'n:6379' }],
   ],
   SLUICE_REDIS_PREFIX: [
     ['{sluice}', '{sluice}'],

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { loadConfig, type SluiceConfig } from '../src/index.js';
 
 const DEFAULTS: SluiceConfig = {
-  redis: { url: 'redis://127.0.0.1:6379', prefix: 'sluice' },
+  redis: { kind: 'single', url: 'redis://127.0.0.1:6379', prefix: 'sluice' },
   http: { host: '0.0.0.0', port: 8080, metricsPort: 9464 },
   pools: [],
   passthrough: [],

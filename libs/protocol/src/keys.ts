@@ -1,20 +1,31 @@
-// Every Redis key and channel name Sluice uses, derived from one prefix. BullMQ's own keys
-// live under `<prefix>:<queue name>:*`; on Redis Cluster the prefix is written `{sluice}`
-// so that BullMQ's scripts and ours touch a single hash slot.
+// Every Redis key and channel name Sluice uses, derived from one prefix (docs/redis.md).
+//
+// On Redis Cluster a multi-key command or script must touch one hash slot. So every key of a
+// pool carries the pool's hash tag: BullMQ's queue is named `{pool-<name>}`, its keys are
+// `<prefix>:{pool-<name>}:wait` etc., and Sluice's own per-pool keys sit beside them
+// (`<prefix>:{pool-<name>}:lease`). Replica liveness keys share the `{replicas}` tag, so one
+// pipeline checks them all. Different pools may land on different nodes. A single node
+// ignores the tags, so every topology uses the same layout. Channels are not keys.
 
 export interface KeySpace {
   /** BullMQ `prefix` option. */
   readonly prefix: string;
-  /** BullMQ queue name of a pool. */
+  /** BullMQ queue name of a pool: the pool's hash tag, `{pool-<name>}`. */
   queueName(pool: string): string;
+  /** A BullMQ key of the pool's queue: `wait`, `prioritized`, `delayed`, ... */
+  queueKey(pool: string, type: string): string;
+  /** The hash BullMQ keeps a job in: it exists from the add until the job is removed. */
+  jobKey(pool: string, jobId: string): string;
   /** Lease held by the one dispatcher allowed to release this pool's jobs. */
   lease(pool: string): string;
   /** Sorted set of queue places reserved by gateways whose add is in progress. */
   admissions(pool: string): string;
   /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
   poolStats(pool: string): string;
-  /** What every `poolStats` key starts with, for listing them. */
-  readonly poolStatsPrefix: string;
+  /** A SCAN pattern matching every `poolStats` key. */
+  readonly poolStatsPattern: string;
+  /** The pool a `poolStats` key belongs to; undefined for any other key. */
+  poolOfStatsKey(key: string): string | undefined;
   /** Liveness key of a gateway replica, with a TTL. */
   replicaAlive(replica: string): string;
   /** Pub/sub channel carrying reply frames to one gateway replica. */
@@ -34,14 +45,25 @@ function part(kind: string, value: string): string {
 }
 
 export function keySpace(prefix = 'sluice'): KeySpace {
+  const queueName = (pool: string) => `{pool-${part('pool', pool)}}`;
+  const queueKey = (pool: string, type: string) => `${prefix}:${queueName(pool)}:${type}`;
+  const statsHead = `${prefix}:{pool-`;
+  const statsTail = '}:stats';
   return {
     prefix,
-    queueName: (pool) => `pool-${part('pool', pool)}`,
-    lease: (pool) => `${prefix}:lease:${part('pool', pool)}`,
-    admissions: (pool) => `${prefix}:admissions:${part('pool', pool)}`,
-    poolStats: (pool) => `${prefix}:stats:${part('pool', pool)}`,
-    poolStatsPrefix: `${prefix}:stats:`,
-    replicaAlive: (replica) => `${prefix}:replica:${part('replica', replica)}`,
+    queueName,
+    queueKey,
+    jobKey: (pool, jobId) => queueKey(pool, jobId),
+    lease: (pool) => queueKey(pool, 'lease'),
+    admissions: (pool) => queueKey(pool, 'admissions'),
+    poolStats: (pool) => queueKey(pool, 'stats'),
+    poolStatsPattern: `${statsHead}*${statsTail}`,
+    poolOfStatsKey(key) {
+      if (!key.startsWith(statsHead) || !key.endsWith(statsTail)) return undefined;
+      const pool = key.slice(statsHead.length, key.length - statsTail.length);
+      return validPart.test(pool) ? pool : undefined;
+    },
+    replicaAlive: (replica) => `${prefix}:{replicas}:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,
     cancelChannel: `${prefix}:cancel`,
   };

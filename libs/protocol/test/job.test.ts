@@ -69,17 +69,31 @@ describe('job payload', () => {
 });
 
 describe('key space', () => {
-  it('derives every name from one prefix', () => {
-    const k = keySpace('{sluice}');
-    expect(k.lease('reasoning')).toBe('{sluice}:lease:reasoning');
-    expect(k.replyChannel('gw-1')).toBe('{sluice}:reply:gw-1');
-    expect(k.replicaAlive('gw-1')).toBe('{sluice}:replica:gw-1');
-    expect(k.cancelChannel).toBe('{sluice}:cancel');
-    expect(k.queueName('reasoning')).toBe('pool-reasoning');
+  it('tags every key of a pool with the pool, so one script or pipeline stays in one slot', () => {
+    const k = keySpace('sluice');
+    expect(k.queueName('reasoning')).toBe('{pool-reasoning}');
+    expect(k.queueKey('reasoning', 'wait')).toBe('sluice:{pool-reasoning}:wait');
+    expect(k.jobKey('reasoning', 'job-1')).toBe('sluice:{pool-reasoning}:job-1');
+    expect(k.lease('reasoning')).toBe('sluice:{pool-reasoning}:lease');
+    expect(k.admissions('reasoning')).toBe('sluice:{pool-reasoning}:admissions');
+    expect(k.poolStats('reasoning')).toBe('sluice:{pool-reasoning}:stats');
+    expect(k.replicaAlive('gw-1')).toBe('sluice:{replicas}:gw-1');
+    expect(k.replyChannel('gw-1')).toBe('sluice:reply:gw-1');
+    expect(k.cancelChannel).toBe('sluice:cancel');
+  });
+
+  it('finds the pool of a stats key, and of no other key', () => {
+    const k = keySpace('team-a');
+    expect(k.poolStatsPattern).toBe('team-a:{pool-*}:stats');
+    expect(k.poolOfStatsKey(k.poolStats('p.1'))).toBe('p.1');
+    expect(k.poolOfStatsKey(k.lease('p'))).toBeUndefined();
+    expect(k.poolOfStatsKey(keySpace('other').poolStats('p'))).toBeUndefined();
+    expect(k.poolOfStatsKey('team-a:{pool-a}:x}:stats')).toBeUndefined();
   });
 
   it('refuses names that would break the key layout', () => {
     expect(() => keySpace().lease('a:b')).toThrow(/pool "a:b" may only contain/);
+    expect(() => keySpace().queueName('a}b')).toThrow(/pool "a}b" may only contain/);
     expect(() => keySpace().replyChannel('')).toThrow(/replica/);
   });
 });

@@ -1,5 +1,24 @@
-// One place that knows how Sluice talks to Redis: which ioredis options each role needs.
-import { Redis, type RedisOptions } from 'ioredis';
+// One place that knows how Sluice talks to Redis: which ioredis client each topology needs
+// (one node, Sentinel, Cluster) and which options each role needs.
+import type { RedisTopology } from '@sluice/config';
+import {
+  Cluster,
+  Redis as NodeRedis,
+  type ClusterOptions,
+  type Command,
+  type RedisOptions,
+} from 'ioredis';
+import { readCa } from './tls.js';
+
+export { list as listNodes };
+
+/** A connection to Redis whatever the topology: one node (directly or through Sentinel) or a Cluster. */
+export type Redis = NodeRedis | Cluster;
+
+/** True for a Redis Cluster connection (its `nodes('master')` are the shards). */
+export function isCluster(redis: Redis): redis is Cluster {
+  return redis instanceof Cluster;
+}
 
 export type RedisRole =
   /** Commands on the request path: fail fast when Redis is away instead of queueing forever. */
@@ -32,77 +51,130 @@ export interface RedisConnectOptions {
   role: RedisRole;
 }
 
-export function createRedis(url: string, { name, role }: RedisConnectOptions): Redis {
-  return new Redis(url, {
-    connectionName: name,
-    // Back off up to 1 s between reconnects, so service resumes within about a second of
-    // Redis coming back; never give up: Redis restarts are routine.
-    retryStrategy: (attempt) => Math.min(50 * 2 ** attempt, 1000),
-    ...roleOptions[role],
-  });
-}
+// Back off up to 1 s between reconnects, so service resumes within about a second of Redis
+// coming back; never give up: Redis restarts and failovers are routine.
+const backoff = (attempt: number) => Math.min(50 * 2 ** attempt, 1000);
 
-/** True when Redis answers PING within `timeoutMs`. */
-export async function redisHealthy(redis: Redis, timeoutMs = 500): Promise<boolean> {
-  if (redis.status !== 'ready') return false;
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    const pong = await Promise.race([
-      redis.ping(),
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error('timeout')), timeoutMs);
-      }),
-    ]);
-    return pong === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    clearTimeout(timer);
+// A replica answers writes with READONLY: we are talking to a demoted master. Reconnecting
+// asks the sentinels again; resending is safe because the command was not executed.
+const RESEND_AFTER_RECONNECT = 2;
+const onReadonly = (err: Error) =>
+  err.message.startsWith('READONLY') ? RESEND_AFTER_RECONNECT : false;
+
+/**
+ * The Cluster of the `command` role, with two fixes for what Sluice needs of it:
+ * - every command gives up after COMMAND_TIMEOUT_MS in all, as on one node: ioredis applies
+ *   `commandTimeout` only once a node takes the command, and while the cluster itself
+ *   reconnects, commands wait in its own queue without a bound;
+ * - every PUBLISH goes through one node (the owner of PUBLISH_SLOT). A PUBLISH has no key, so
+ *   ioredis sends each one, and each keyless pipeline, to a random node, and the cluster bus
+ *   delivers messages from different nodes in no common order: reply frames would overtake
+ *   each other (the gateway reads that as a lost frame). From one node they arrive in order.
+ */
+const PUBLISH_SLOT = 0;
+
+class SluiceCluster extends Cluster {
+  override sendCommand(
+    command: Command,
+    stream?: never,
+    node?: { slot?: number; redis?: unknown },
+  ): unknown {
+    command.setTimeout(COMMAND_TIMEOUT_MS);
+    if (command.name === 'publish') {
+      // A pipeline passes its node before the first command picks the connection: steer it.
+      if (node === undefined) node = { slot: PUBLISH_SLOT };
+      else if (node.redis === undefined) node.slot = PUBLISH_SLOT;
+    }
+    return super.sendCommand(command, stream, node);
   }
 }
 
-/** Redis refused our credentials: retrying will not help, so it is fatal, said as such. */
-export class RedisAuthError extends Error {
-  readonly code = 'ERR_SLUICE_REDIS_AUTH';
+function tlsOptions(topology: RedisTopology) {
+  return topology.tlsCaFile === undefined ? undefined : { ca: readCa(topology.tlsCaFile) };
 }
 
-const authFailure = /WRONGPASS|NOAUTH|invalid password|invalid username-password|NOPERM/i;
-
-/** True for the errors Redis answers to missing or wrong credentials. */
-export function isAuthError(err: unknown): boolean {
-  return err instanceof Error && authFailure.test(err.message);
+function credentials(topology: RedisTopology): RedisOptions {
+  return {
+    ...(topology.username === undefined ? {} : { username: topology.username }),
+    ...(topology.password === undefined ? {} : { password: topology.password }),
+  };
 }
 
-/**
- * Resolves once the connection is ready. Rejects with a RedisAuthError at the first
- * authentication failure, and, when `timeoutMs` is given, with an error naming the address
- * once that has passed; without it, waits as long as Redis takes to appear.
- */
-export function redisReady(redis: Redis, timeoutMs?: number): Promise<void> {
-  if (redis.status === 'ready') return Promise.resolve();
-  const address = `${redis.options.host}:${redis.options.port}`;
-  return new Promise((resolve, reject) => {
-    let timer: NodeJS.Timeout | undefined;
-    const done = () => {
-      clearTimeout(timer);
-      redis.off('ready', onReady);
-      redis.off('error', onError);
-    };
-    const onReady = () => {
-      done();
-      resolve();
-    };
-    const onError = (err: Error) => {
-      if (!isAuthError(err)) return;
-      done();
-      reject(new RedisAuthError(`Redis at ${address} refused the credentials: ${err.message}`));
-    };
-    if (timeoutMs !== undefined)
-      timer = setTimeout(() => {
-        done();
-        reject(new Error(`Redis at ${address} not reachable within ${timeoutMs} ms`));
-      }, timeoutMs);
-    redis.once('ready', onReady);
-    redis.on('error', onError);
+function createCluster(
+  topology: Extract<RedisTopology, { kind: 'cluster' }>,
+  name: string,
+  role: RedisRole,
+): Cluster {
+  const tls = tlsOptions(topology);
+  const options: ClusterOptions = {
+    clusterRetryStrategy: backoff,
+    enableReadyCheck: true,
+    enableAutoPipelining: role === 'command',
+    // BullMQ reads maxRetriesPerRequest from here (it must be null on its connections), and
+    // each node connection takes these options; nodes never reconnect on their own, the
+    // cluster does (clusterRetryStrategy).
+    redisOptions: {
+      connectionName: name,
+      ...credentials(topology),
+      ...(tls ? { tls } : {}),
+      ...roleOptions[role],
+    },
+  };
+  const nodes = topology.nodes.map(({ host, port }) => ({ host, port }));
+  return role === 'command' ? new SluiceCluster(nodes, options) : new Cluster(nodes, options);
+}
+
+const list = (nodes: ReadonlyArray<{ host: string; port: number }>) =>
+  nodes
+    .map(({ host, port }) => (host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`))
+    .join(',');
+
+// Where each connection points, for messages; a Cluster keeps its seed nodes private.
+const addresses = new WeakMap<Redis, string>();
+
+/** Where a connection points: `host:port`, `master <name> via sentinels ...` or `cluster <seeds>`. */
+export function redisAddress(redis: Redis): string {
+  const known = addresses.get(redis);
+  if (known !== undefined) return known;
+  const { host, port } = redis.options as RedisOptions;
+  return `${host}:${port}`;
+}
+
+/** A connection for `role` to the Redis of `topology` (a plain URL means one node). */
+export function createRedis(url: string, options: RedisConnectOptions): NodeRedis;
+export function createRedis(topology: RedisTopology, options: RedisConnectOptions): Redis;
+export function createRedis(
+  topology: RedisTopology | string,
+  { name, role }: RedisConnectOptions,
+): Redis {
+  if (typeof topology === 'string') topology = { kind: 'single', url: topology };
+  if (topology.kind === 'cluster') {
+    const cluster = createCluster(topology, name, role);
+    addresses.set(cluster, `cluster ${list(topology.nodes)}`);
+    return cluster;
+  }
+  const common: RedisOptions = {
+    connectionName: name,
+    retryStrategy: backoff,
+    ...credentials(topology),
+    ...roleOptions[role],
+  };
+  const tls = tlsOptions(topology);
+  if (topology.kind === 'single')
+    return new NodeRedis(topology.url, { ...common, ...(tls ? { tls } : {}) });
+  const redis = new NodeRedis({
+    ...common,
+    sentinels: topology.sentinels.map(({ host, port }) => ({ host, port })),
+    name: topology.masterName,
+    ...(topology.sentinelPassword === undefined
+      ? {}
+      : { sentinelPassword: topology.sentinelPassword }),
+    ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
+    // Follow a failover the moment the sentinels announce it (+switch-master), even while the
+    // old master still answers; READONLY covers a demoted master we are still connected to.
+    failoverDetector: true,
+    reconnectOnError: onReadonly,
   });
+  addresses.set(redis, `master ${topology.masterName} via sentinels ${list(topology.sentinels)}`);
+  return redis;
 }

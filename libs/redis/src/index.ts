@@ -1,11 +1,12 @@
 export {
   COMMAND_TIMEOUT_MS,
   createRedis,
-  isAuthError,
-  RedisAuthError,
-  redisHealthy,
-  redisReady,
+  isCluster,
+  redisAddress,
+  type Redis,
   type RedisConnectOptions,
   type RedisRole,
 } from './connect.js';
-export type { Redis } from 'ioredis';
+export { isAuthError, RedisAuthError, redisHealthy, redisReady } from './health.js';
+export { RedisTlsError } from './tls.js';
+export { describeTopology, scanKeys, sentinelMaster } from './topology.js';

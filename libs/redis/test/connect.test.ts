@@ -1,6 +1,6 @@
 import { startRedis } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
-import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/connect.ts';
+import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/index.ts';
 
 describe('redis connections', () => {
   it('connects, reports healthy, and reports unhealthy once the server is gone', async () => {

@@ -1,0 +1,55 @@
+// The smallest real topologies a unit test needs, from redis-server itself: a one-node
+// Cluster holding every slot, and one sentinel watching a single-node master. The full
+// topologies (replicas, three masters, failover) are the e2e harness's.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { eventually, freePort, startProcess, type StartedProcess } from '@sluice/test/support';
+import { Redis } from 'ioredis';
+
+const server = process.env['REDIS_SERVER_BIN'] ?? 'redis-server';
+
+export interface TestNode {
+  readonly port: number;
+  readonly process: StartedProcess;
+  stop(): Promise<void>;
+}
+
+export async function startOneNodeCluster(password?: string): Promise<TestNode> {
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-cluster-'));
+  const port = await freePort();
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--dir', dir];
+  args.push('--cluster-enabled', 'yes', '--cluster-config-file', join(dir, 'nodes.conf'));
+  // Alone, a node does not know its own address and CLUSTER SLOTS would name none.
+  args.push('--cluster-announce-ip', '127.0.0.1');
+  if (password) args.push('--requirepass', password);
+  const proc = await startProcess({ command: server, args, ready: /Ready to accept connections/ });
+  const admin = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true });
+  try {
+    await admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+    await eventually(
+      async () => String(await admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok'),
+      'the one-node cluster to serve every slot',
+    );
+  } finally {
+    admin.disconnect();
+  }
+  return { port, process: proc, stop: () => proc.stop() };
+}
+
+export async function startSentinel(masterName: string, masterPort: number): Promise<TestNode> {
+  const dir = await mkdtemp(join(tmpdir(), 'sluice-sentinel-'));
+  const port = await freePort();
+  const config = join(dir, 'sentinel.conf');
+  // Sentinel rewrites its config file, so it must be a file of its own.
+  await writeFile(
+    config,
+    `port ${port}\nbind 127.0.0.1\ndir ${dir}\nsentinel monitor ${masterName} 127.0.0.1 ${masterPort} 1\n`,
+  );
+  const proc = await startProcess({
+    command: server,
+    args: [config, '--sentinel'],
+    ready: new RegExp(`\\+monitor master ${masterName}`),
+  });
+  return { port, process: proc, stop: () => proc.stop() };
+}

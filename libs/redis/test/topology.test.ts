@@ -1,0 +1,149 @@
+import type { RedisTopology } from '@sluice/config';
+import { startRedis } from '@sluice/test/support';
+import { Cluster } from 'ioredis';
+import { describe, expect, it } from 'vitest';
+import {
+  createRedis,
+  describeTopology,
+  RedisAuthError,
+  redisHealthy,
+  redisReady,
+  RedisTlsError,
+  scanKeys,
+  sentinelMaster,
+} from '../src/index.ts';
+import { startOneNodeCluster, startSentinel } from './servers.ts';
+
+const at = (port: number) => [{ host: '127.0.0.1', port }];
+
+describe('Redis Cluster', () => {
+  it('connects, runs commands and tagged pipelines, and scans every master', async () => {
+    const node = await startOneNodeCluster();
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(node.port) },
+      { name: 'sluice:test:cluster', role: 'command' },
+    );
+    redis.on('error', () => {});
+    try {
+      expect(redis).toBeInstanceOf(Cluster);
+      await redisReady(redis);
+      expect(await redisHealthy(redis)).toBe(true);
+      const pipeline = redis.pipeline();
+      for (const key of ['sluice:{pool-a}:x', 'sluice:{pool-a}:y']) pipeline.set(key, '1');
+      expect(await pipeline.exec()).toEqual([
+        [null, 'OK'],
+        [null, 'OK'],
+      ]);
+      expect((await scanKeys(redis, 'sluice:{pool-a}:*')).sort()).toEqual([
+        'sluice:{pool-a}:x',
+        'sluice:{pool-a}:y',
+      ]);
+    } finally {
+      redis.disconnect();
+      await node.stop();
+    }
+  });
+
+  it('gives BullMQ cluster connections no per-request retry limit, where BullMQ reads it', () => {
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(1) },
+      { name: 'x', role: 'bullmq' },
+    ) as Cluster;
+    redis.on('error', () => {});
+    expect(redis.options.redisOptions?.maxRetriesPerRequest).toBeNull();
+    redis.disconnect();
+  });
+
+  it('bounds a command while the whole cluster is away, as on one node', async () => {
+    const node = await startOneNodeCluster();
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(node.port) },
+      { name: 'x', role: 'command' },
+    );
+    redis.on('error', () => {});
+    try {
+      await redisReady(redis);
+      await node.stop();
+      await expect(redis.get('sluice:{pool-a}:x')).rejects.toThrow('Command timed out');
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('reports a wrong password as such, not as unreachable', async () => {
+    const node = await startOneNodeCluster('right');
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(node.port), password: 'wrong' },
+      { name: 'x', role: 'command' },
+    );
+    redis.on('error', () => {});
+    try {
+      await expect(redisReady(redis)).rejects.toBeInstanceOf(RedisAuthError);
+    } finally {
+      redis.disconnect();
+      await node.stop();
+    }
+  });
+});
+
+describe('Redis Sentinel', () => {
+  it('finds the master through a sentinel, and names it', async () => {
+    const master = await startRedis();
+    const sentinel = await startSentinel('sluice-test', master.port);
+    const topology: RedisTopology = {
+      kind: 'sentinel',
+      sentinels: at(sentinel.port),
+      masterName: 'sluice-test',
+    };
+    const redis = createRedis(topology, { name: 'sluice:test:sentinel', role: 'command' });
+    redis.on('error', () => {});
+    try {
+      await redisReady(redis);
+      await redis.set('k', 'v');
+      expect(await redis.call('CONFIG', 'GET', 'port')).toEqual(['port', String(master.port)]);
+      expect(await sentinelMaster(topology)).toBe(`127.0.0.1:${master.port}`);
+    } finally {
+      redis.disconnect();
+      await sentinel.stop();
+      await master.stop();
+    }
+  });
+
+  it('says so when no sentinel answers', async () => {
+    await expect(
+      sentinelMaster({ kind: 'sentinel', sentinels: at(1), masterName: 'm' }),
+    ).rejects.toThrow(/^no sentinel named the master m \(127\.0\.0\.1:1: .+\)$/);
+  });
+});
+
+describe('TLS and descriptions', () => {
+  it('refuses to start without a readable CA file, naming it', () => {
+    const create = () =>
+      createRedis(
+        { kind: 'single', url: 'rediss://127.0.0.1:1', tlsCaFile: '/nonexistent/ca.pem' },
+        { name: 'x', role: 'command' },
+      );
+    expect(create).toThrow(RedisTlsError);
+    expect(create).toThrow(/^REDIS_TLS_CA_FILE="\/nonexistent\/ca.pem" cannot be read: ENOENT/);
+  });
+
+  it('names each topology without its credentials', () => {
+    expect(describeTopology({ kind: 'single', url: 'redis://:pw@r:6379' })).toBe(
+      'single redis://***@r:6379',
+    );
+    expect(
+      describeTopology({
+        kind: 'sentinel',
+        sentinels: [
+          { host: 's1', port: 26379 },
+          { host: '::1', port: 26380 },
+        ],
+        masterName: 'm',
+        sentinelPassword: 'pw',
+      }),
+    ).toBe('sentinel m via s1:26379,[::1]:26380');
+    expect(
+      describeTopology({ kind: 'cluster', nodes: at(7000), password: 'pw', tlsCaFile: '/ca.pem' }),
+    ).toBe('cluster seeds 127.0.0.1:7000 (TLS, CA /ca.pem)');
+  });
+});
