@@ -2,10 +2,10 @@
 // (BullMQ's plain wait list, its prioritised set, and the delayed set where the leader holds
 // back what may not go yet), with names from @sluice/protocol.
 import { keySpace } from '@sluice/protocol';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 
 export async function queuedJobs(
-  redis: Redis,
+  redis: Redis | Cluster,
   prefix = 'sluice',
   pool = 'default',
 ): Promise<number> {
