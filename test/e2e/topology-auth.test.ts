@@ -1,6 +1,7 @@
 // Sluice on a Redis that checks who it is: a password (`redis://:pw@`), an ACL user with
 // exactly the rules docs/redis.md tells an operator to grant, and TLS with a CA the test
-// made (`rediss://` + REDIS_TLS_CA_FILE). Each serves requests end to end through a gateway
+// made (`rediss://` + REDIS_TLS_CA_FILE), and Sentinel and Cluster whose nodes want a
+// password. Each serves requests end to end through a gateway
 // and a dispatcher.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -8,10 +9,12 @@ import {
   askNode,
   chat,
   startAclRedis,
+  startCluster,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
+  startSentinel,
   startTlsRedis,
   type TestEngineSim,
 } from '../support/index.ts';
@@ -76,6 +79,24 @@ describe('Redis that authenticates its clients', () => {
       expect(await askNode(redis.redis.port, (r) => r.call('ACL', 'LOG'))).toEqual([]);
     } finally {
       await redis.stop();
+    }
+  });
+
+  it('Sentinel whose data nodes and sentinels both want a password (REDIS_PASSWORD, REDIS_SENTINEL_PASSWORD)', async () => {
+    const sentinel = await startSentinel({ password: 'data-pw', sentinelPassword: 'sentinel-pw' });
+    try {
+      await servesThrough(sentinel.env);
+    } finally {
+      await sentinel.stop();
+    }
+  });
+
+  it('a cluster whose nodes want a password (REDIS_PASSWORD)', async () => {
+    const cluster = await startCluster({ password: 'cluster-pw' });
+    try {
+      await servesThrough(cluster.env);
+    } finally {
+      await cluster.stop();
     }
   });
 

@@ -79,6 +79,34 @@ describe('topology harness', () => {
     }
   });
 
+  it('Sentinel and Cluster with passwords: the data nodes and the sentinels refuse a client without one', async () => {
+    const sentinel = await startSentinel({ password: 'data-pw', sentinelPassword: 'sentinel-pw' });
+    const cluster = await startCluster({ password: 'cluster-pw' });
+    const sentinelClient = sentinel.client();
+    const clusterClient = cluster.client();
+    try {
+      expect(sentinel.env).toMatchObject({
+        REDIS_PASSWORD: 'data-pw',
+        REDIS_SENTINEL_PASSWORD: 'sentinel-pw',
+      });
+      expect(cluster.env).toMatchObject({ REDIS_PASSWORD: 'cluster-pw' });
+      await sentinelClient.set('sluice:k', 'v');
+      expect(await sentinelClient.get('sluice:k')).toBe('v');
+      await clusterClient.set('sluice:k', 'v');
+      expect(await clusterClient.get('sluice:k')).toBe('v');
+      for (const port of [
+        sentinel.master.port,
+        sentinel.sentinels[0]!.port,
+        cluster.nodes[0]!.port,
+      ])
+        await expect(askNode(port, (r) => r.call('CLIENT', 'ID'))).rejects.toThrow(/NOAUTH/);
+    } finally {
+      sentinelClient.disconnect();
+      clusterClient.disconnect();
+      await Promise.all([sentinel.stop(), cluster.stop()]);
+    }
+  });
+
   it('TLS: a client that trusts the test CA connects; one that does not, or speaks plain TCP, cannot', async () => {
     const server = await startTlsRedis({ password: 'tls-pw' });
     try {
