@@ -1,8 +1,7 @@
 // Sluice on a Redis that checks who it is: a password (`redis://:pw@`), an ACL user with
 // exactly the rules docs/redis.md tells an operator to grant, and TLS with a CA the test
 // made (`rediss://` + REDIS_TLS_CA_FILE), and Sentinel and Cluster whose nodes want a
-// password. Each serves requests end to end through a gateway
-// and a dispatcher.
+// password. Each serves requests end to end through a gateway and a dispatcher.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
@@ -89,7 +88,7 @@ describe('Redis that authenticates its clients', () => {
     } finally {
       await sentinel.stop();
     }
-  });
+  }, 120_000);
 
   it('a cluster whose nodes want a password (REDIS_PASSWORD)', async () => {
     const cluster = await startCluster({ password: 'cluster-pw' });
@@ -98,7 +97,7 @@ describe('Redis that authenticates its clients', () => {
     } finally {
       await cluster.stop();
     }
-  });
+  }, 120_000);
 
   it('TLS with a test CA given in REDIS_TLS_CA_FILE', async () => {
     const redis = await startTlsRedis({ password: 'tls-pw' });

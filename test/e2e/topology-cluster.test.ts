@@ -30,7 +30,7 @@ let client: Cluster;
 beforeAll(async () => {
   cluster = await startCluster();
   client = cluster.client();
-});
+}, 120_000);
 
 afterAll(async () => {
   client?.disconnect();
@@ -113,7 +113,7 @@ describe('the core scenarios on a three-master cluster', () => {
     dispatchers.push(await startDispatcher({ ...env, SLUICE_DISPATCHER_ID: 'second' }));
     gateways = await Promise.all([startGateway(env), startGateway(env)]);
     tight = await startGateway({ ...env, VLLM_MAX_QUEUE_DEPTH: '3' });
-  });
+  }, 120_000);
 
   afterAll(async () => {
     for (const p of [tight, ...gateways, ...dispatchers]) await p?.stop();
@@ -159,7 +159,7 @@ describe('the core scenarios on a three-master cluster', () => {
       expect(viaSluice[i]!.status).toBe(200);
       expect(viaSluice[i]!.body).toBe(direct[i]!.body);
     }
-  });
+  }, 120_000);
 
   it('frees the engine slot of a client that disconnects mid-stream', async () => {
     const controller = new AbortController();
@@ -242,7 +242,7 @@ describe('the core scenarios on a three-master cluster', () => {
     expect(ids).toHaveLength(5);
     expect(new Set(ids).size).toBe(ids.length);
     expect((await sim.state()).peakRequests).toBeLessThanOrEqual(CAP);
-  });
+  }, 120_000);
 });
 
 describe('two pools on a cluster', () => {
@@ -277,7 +277,7 @@ describe('two pools on a cluster', () => {
     const env = { ...cluster.env, SLUICE_CONFIG: config, SLUICE_REDIS_PREFIX: PREFIX };
     dispatcher = await startDispatcher(env);
     gateway = await startGateway(env);
-  });
+  }, 120_000);
 
   afterAll(async () => {
     await gateway?.stop();
@@ -323,5 +323,5 @@ describe('two pools on a cluster', () => {
     expect(slots[0]).not.toBe(slots[1]);
     const owners = await Promise.all(pools.map((p) => cluster.nodeOf(`{pool-${p}}`)));
     expect(owners[0]).not.toBe(owners[1]);
-  });
+  }, 120_000);
 });

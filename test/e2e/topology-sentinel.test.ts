@@ -52,7 +52,7 @@ beforeAll(async () => {
   await leader.process.waitForLine(/lease acquired/, 60_000);
   dispatchers.push(await startDispatcher({ ...env, SLUICE_DISPATCHER_ID: 'standby' }));
   gateways = await Promise.all([startGateway(env), startGateway(env)]);
-});
+}, 120_000);
 
 afterAll(async () => {
   for (const p of [...gateways, ...dispatchers]) await p.stop();
@@ -137,5 +137,5 @@ describe('Sentinel failover under Sluice', () => {
       `sentinel failover: replica promoted ${promotedMs} ms after the master's SIGKILL; ` +
         `gateways served again ${servedMs.join(' and ')} ms after it (${probe} probes)`,
     );
-  });
+  }, 180_000);
 });
