@@ -269,7 +269,7 @@ describe('two pools on a cluster', () => {
           `  - name: ${name}`,
           `    models: [${name}]`,
           '    engines:',
-          `      - { url: "${sims[i]!.url}", name: ${name}-0, maxInflight: 1 }`,
+          `      - { url: "${sims[i]!.url}", name: e${i}, maxInflight: 1 }`,
         ]),
         '',
       ].join('\n'),
