@@ -12,3 +12,24 @@ export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
 export { queuedJobs } from './queue.ts';
 export { startStack, type Stack, type StackOptions } from './stack.ts';
 export { alive, answer, chat, metricSum, readAll, type Answer } from './client.ts';
+export { startSentinel, type TestSentinel, type TestSentinelOptions } from './sentinel.ts';
+export {
+  startCluster,
+  type SlotRange,
+  type TestCluster,
+  type TestClusterOptions,
+} from './cluster.ts';
+export {
+  makeTestCertificates,
+  startTlsRedis,
+  type TestCertificates,
+  type TestTlsRedis,
+} from './tls.ts';
+export {
+  aclArguments,
+  documentedAclRule,
+  fallbackAclRule,
+  startAclRedis,
+  type TestAclRedis,
+} from './acl.ts';
+export { askNode, type RedisNode } from './redis-node.ts';

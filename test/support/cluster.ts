@@ -1,0 +1,170 @@
+// A real Redis Cluster on loopback ports: N masters (3 by default) that split the 16384 slots
+// in even ranges, joined with CLUSTER commands so only redis-server is needed (no redis-cli).
+// Ready once every node says `cluster_state:ok` and knows every other node.
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Cluster, Redis } from 'ioredis';
+import { eventually } from './engine-sim.ts';
+import { freePort } from './ports.ts';
+import { startRedisNode, stopAll, tempDir, type RedisNode } from './redis-node.ts';
+
+export interface TestClusterOptions {
+  /** Masters (default 3); no replicas. */
+  masters?: number;
+  /** `requirepass` of every node. */
+  password?: string;
+}
+
+export interface SlotRange {
+  readonly port: number;
+  readonly from: number;
+  readonly to: number;
+}
+
+export interface TestCluster {
+  /** The environment that points Sluice at this cluster. */
+  readonly env: Record<string, string>;
+  readonly nodes: RedisNode[];
+  /** Which node serves which slots: fixed at start, nothing moves them. */
+  readonly slots: SlotRange[];
+  /** `CLUSTER KEYSLOT key`, asked of the cluster itself. */
+  keySlot(key: string): Promise<number>;
+  /** The port of the master that serves `key`. */
+  nodeOf(key: string): Promise<number>;
+  /** A cluster client (the caller closes it). */
+  client(): Cluster;
+  stop(): Promise<void>;
+}
+
+const SLOTS = 16384;
+/** The cluster bus listens on the client port + 10000 (the only choice before Redis 7). */
+const BUS_OFFSET = 10_000;
+
+function isFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/** A free port whose bus port is free too. */
+async function freeNodePort(): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    if (port + BUS_OFFSET <= 65_535 && (await isFree(port + BUS_OFFSET))) return port;
+  }
+}
+
+export async function startCluster(options: TestClusterOptions = {}): Promise<TestCluster> {
+  const masters = options.masters ?? 3;
+  const { password } = options;
+  const dir = await tempDir('cluster');
+  const started: { stop(): Promise<void> }[] = [{ stop: () => dir.remove() }];
+  try {
+    const nodes = await Promise.all(
+      Array.from({ length: masters }, () =>
+        startRedisNode({
+          port: freeNodePort,
+          args: (port) => [
+            '--port',
+            String(port),
+            '--bind',
+            '127.0.0.1',
+            '--dir',
+            dir.path,
+            '--save',
+            '',
+            '--appendonly',
+            'no',
+            '--cluster-enabled',
+            'yes',
+            '--cluster-config-file',
+            join(dir.path, `nodes-${port}.conf`),
+            '--cluster-node-timeout',
+            '5000',
+            ...(password ? ['--requirepass', password, '--masterauth', password] : []),
+          ],
+        }),
+      ),
+    );
+    started.push(...nodes);
+    const slots = nodes.map((node, i) => ({
+      port: node.port,
+      from: Math.floor((i * SLOTS) / masters),
+      to: Math.floor(((i + 1) * SLOTS) / masters) - 1,
+    }));
+
+    const admins = nodes.map(
+      (node) =>
+        new Redis({
+          host: '127.0.0.1',
+          port: node.port,
+          maxRetriesPerRequest: 1,
+          ...(password ? { password } : {}),
+        }),
+    );
+    try {
+      // Distinct config epochs before the nodes meet, as redis-cli does: no epoch collision
+      // to resolve, so the slot map settles at once.
+      await Promise.all(admins.map((a, i) => a.call('CLUSTER', 'SET-CONFIG-EPOCH', String(i + 1))));
+      for (const node of nodes.slice(1))
+        await admins[0]!.call('CLUSTER', 'MEET', '127.0.0.1', String(node.port));
+      await Promise.all(
+        admins.map((a, i) => {
+          const { from, to } = slots[i]!;
+          const list = Array.from({ length: to - from + 1 }, (_, k) => String(from + k));
+          return a.call('CLUSTER', 'ADDSLOTS', ...list);
+        }),
+      );
+      await eventually(
+        async () => {
+          for (const admin of admins) {
+            const text = String(await admin.call('CLUSTER', 'INFO'));
+            if (!/^cluster_state:ok\r?$/m.test(text)) return undefined;
+            if (!new RegExp(`^cluster_known_nodes:${masters}\\r?$`, 'm').test(text))
+              return undefined;
+          }
+          return true;
+        },
+        'every cluster node to say cluster_state:ok and know every other node',
+        60_000,
+      );
+    } finally {
+      admins.forEach((a) => a.disconnect());
+    }
+
+    const client = () =>
+      new Cluster(
+        nodes.map((n) => ({ host: '127.0.0.1', port: n.port })),
+        password ? { redisOptions: { password } } : {},
+      );
+    async function keySlot(key: string): Promise<number> {
+      const cluster = client();
+      try {
+        return Number(await cluster.call('CLUSTER', 'KEYSLOT', key));
+      } finally {
+        cluster.disconnect();
+      }
+    }
+    return {
+      env: {
+        REDIS_CLUSTER_NODES: nodes.map((n) => `127.0.0.1:${n.port}`).join(','),
+        ...(password ? { REDIS_PASSWORD: password } : {}),
+      },
+      nodes,
+      slots,
+      keySlot,
+      async nodeOf(key) {
+        const slot = await keySlot(key);
+        return slots.find((r) => r.from <= slot && slot <= r.to)!.port;
+      },
+      client,
+      stop: () => stopAll(started),
+    };
+  } catch (err) {
+    await stopAll(started).catch(() => {});
+    throw err;
+  }
+}
