@@ -88,7 +88,7 @@ describe('clients that are gone', () => {
             : undefined,
         'the slow client to be cut off',
         // The simulator must first fill the kernel's buffers (tens of MB): slow on a busy host.
-        150_000,
+        300_000,
       );
       await eventually(
         async () => ((await sim.state()).running === 0 ? true : undefined),
@@ -98,7 +98,7 @@ describe('clients that are gone', () => {
     } finally {
       await gateway.stop();
     }
-  }, 240_000);
+  }, 420_000);
 
   it('drops jobs whose gateway replica died instead of running them for nobody', async () => {
     const [doomed, survivor] = await Promise.all([startGateway(env), startGateway(env)]);

@@ -102,7 +102,12 @@ describe('Redis faults under held clients', () => {
       dispatcher.process.child.kill('SIGCONT');
       const res = await answer;
       const text = await res.text();
-      expect(res.status, `${res.headers.get('x-sluice-reject-reason')}: ${text}`).toBe(200);
+      const logs = [gateway, dispatcher]
+        .map((p) => p.process.output.slice(-25).join('\n'))
+        .join('\n---\n');
+      expect(res.status, `${res.headers.get('x-sluice-reject-reason')}: ${text}\n${logs}`).toBe(
+        200,
+      );
       expect((JSON.parse(text) as { object: string }).object).toBe('chat.completion');
     } finally {
       dispatcher.process.child.kill('SIGCONT');

@@ -61,7 +61,7 @@ describe('slow reader', () => {
         async () => ((await rejected(gateway.url, 'slow_client')) === 1 ? true : undefined),
         'the stalled client to be cut off',
         // The simulator must first fill the kernel's buffers (tens of MB): slow on a busy host.
-        150_000,
+        300_000,
       );
       await eventually(
         async () => ((await stack.sim.state()).running === 0 ? true : undefined),
@@ -73,5 +73,5 @@ describe('slow reader', () => {
       socket.destroy();
       await gateway.stop();
     }
-  }, 240_000);
+  }, 420_000);
 });

@@ -18,15 +18,17 @@ export interface ParkedWatchOptions {
   intervalMs: number;
   /** Frames can reach this replica (the reply connection is up). */
   listening(): boolean;
-  /** The job of `held` is not in Redis (two reads in a row). */
+  /** The job of `held` is not in Redis (two reads in a row, at least an interval apart). */
   onLost(held: HeldRequest): void;
   onError(err: unknown): void;
+  now?: () => number;
 }
 
 export class ParkedWatch {
   private timer: NodeJS.Timeout | undefined;
   private running = false;
-  private suspects = new Set<HeldRequest>();
+  /** Jobs seen missing, with when they were first seen missing. */
+  private suspects = new Map<HeldRequest, number>();
 
   constructor(
     private readonly redis: Redis,
@@ -51,15 +53,19 @@ export class ParkedWatch {
     try {
       const parked = [...this.held()].filter((h) => h.parked);
       const answers = await Promise.allSettled(parked.map((h) => this.redis.exists(h.jobKey)));
-      const suspects = new Set<HeldRequest>();
+      const suspects = new Map<HeldRequest, number>();
+      const now = (this.options.now ?? Date.now)();
       let failure: unknown;
       answers.forEach((answer, i) => {
         const held = parked[i]!;
         // Unknown is not missing: a job whose read failed is read again next round.
         if (answer.status === 'rejected') failure ??= answer.reason;
         else if (answer.value === 0 && held.parked) {
-          if (this.suspects.has(held)) this.options.onLost(held);
-          else suspects.add(held);
+          // Reads triggered back to back (a reconnect, then the timer) are one read: the
+          // frames of a job served meanwhile get a whole interval to arrive.
+          const since = this.suspects.get(held) ?? now;
+          if (now - since >= this.options.intervalMs) this.options.onLost(held);
+          else suspects.set(held, since);
         }
       });
       this.suspects = suspects;
