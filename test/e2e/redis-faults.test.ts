@@ -97,8 +97,20 @@ describe('Redis faults under held clients', () => {
     try {
       const { answer } = await queueWithDispatcherStopped(gateway);
       await restartRedis(true);
-      // The dispatcher's answer must find the gateway listening, or it is lost.
-      await gateway.process.waitForLine(/"msg":"reply connection back"/);
+      const client = new Redis(redis.url);
+      try {
+        // The append-only file kept the job.
+        expect(await queuedJobs(client)).toBe(1);
+        // The dispatcher's answer must find the gateway subscribed again, or it is lost.
+        await gateway.process.waitForLine(/"msg":"reply connection back"/);
+        await eventually(
+          async () =>
+            ((await client.pubsub('CHANNELS', 'sluice:reply:*')) as string[]).length === 1,
+          'the gateway to listen on its reply channel again',
+        );
+      } finally {
+        client.disconnect();
+      }
       dispatcher.process.child.kill('SIGCONT');
       const res = await answer;
       const text = await res.text();

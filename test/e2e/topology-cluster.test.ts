@@ -295,6 +295,11 @@ describe('two pools on a cluster', () => {
   }
 
   it('serves each pool, and keeps every key of a pool in the one slot of its hash tag', async () => {
+    // Ready: Redis answers and each pool has a leader (the lease may take a moment on a cluster).
+    await eventually(
+      async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
+      'the gateway to see a leader for each pool',
+    );
     for (const model of pools) {
       const res = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
