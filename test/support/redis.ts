@@ -30,7 +30,11 @@ export async function startRedis(options: TestRedisOptions = {}): Promise<TestRe
       : options.appendonly;
   for (let attempt = 1; ; attempt += 1) {
     const port = options.port ?? (await freePort());
+    // Redis drops a subscriber whose output buffer passes 32 MB (8 MB for 60 s) by default:
+    // a gateway starved of CPU on a crowded test host, under the slow-client tests' firehose
+    // of frames, would lose its reply connection instead of backing up its client's socket.
     const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', ''];
+    args.push('--client-output-buffer-limit', 'pubsub 512mb 256mb 60');
     args.push(...(dir ? ['--appendonly', 'yes', '--dir', dir] : ['--appendonly', 'no']));
     if (options.password) args.push('--requirepass', options.password);
     try {
