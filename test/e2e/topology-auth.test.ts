@@ -7,6 +7,7 @@ import {
   answer,
   askNode,
   chat,
+  eventually,
   startAclRedis,
   startCluster,
   startDispatcher,
@@ -38,6 +39,11 @@ async function servesThrough(redis: Record<string, string>): Promise<void> {
   try {
     const gateway = await startGateway(env);
     try {
+      // Ready: Redis answers and the pool has a leader (the lease may take a moment on a cluster).
+      await eventually(
+        async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
+        'the gateway to see a leader',
+      );
       const plain = await answer(
         chat(gateway.url, 'through an authenticated redis', { max_tokens: 4 }),
       );
