@@ -21,6 +21,7 @@ export type {
   LongPromptConfig,
   MaxInflightSource,
   PassthroughConfig,
+  TenantConfig,
   PoolConfig,
   RedisAccess,
   RedisAddress,

@@ -90,6 +90,22 @@ export interface DegradationConfig {
 export interface PassthroughConfig {
   model: string;
   url: string;
+  /** Bearer token the gateway sends to this backend; the client's own is never forwarded. */
+  apiKey?: string;
+}
+
+/** One tenant of the YAML file's `tenants` list (docs/broker.md, "Tenants and fair share"). */
+export interface TenantConfig {
+  /** `[A-Za-z0-9_.-]{1,63}`, unique; the `tenant` metric label and the job's `tenant`. */
+  name: string;
+  /** Lower-case hex SHA-256 digests of the tenant's API keys (plain keys are hashed on load). */
+  keySha256: string[];
+  /** Share of the engine relative to other busy tenants, > 0; default 1. */
+  weight: number;
+  /** Queued (not yet released) requests per pool before 429 `tenant_queue_full`; absent: no bound of its own. */
+  maxQueued?: number;
+  /** Highest `x-sluice-priority` this tenant may use (higher values are clamped); default 0. */
+  maxPriority: number;
 }
 
 export type GpuSource = 'none' | 'nvml' | 'dcgm' | 'nvidia-smi' | 'mock';
@@ -135,9 +151,17 @@ export type RedisConfig = RedisTopology & { prefix: string };
 
 export interface SluiceConfig {
   redis: RedisConfig;
-  http: { host: string; port: number; metricsPort: number };
+  http: {
+    host: string;
+    port: number;
+    metricsPort: number;
+    /** GATEWAY_METRICS_PORT: the gateway serves `/metrics` there instead of on `port`. */
+    gatewayMetricsPort?: number;
+  };
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
+  /** Absent: no keys are asked for and every request is the anonymous tenant's. */
+  tenants?: TenantConfig[];
   maxInflightSource: MaxInflightSource;
   admission: { kvThreshold: number; failMode: 'open' | 'closed' };
   limits: {

@@ -20,6 +20,14 @@ export interface KeySpace {
   lease(pool: string): string;
   /** Sorted set of queue places reserved by gateways whose add is in progress. */
   admissions(pool: string): string;
+  /**
+   * Sorted set of one tenant's queued (not yet released) jobs in a pool, held ones included:
+   * score the job's BullMQ priority, member the job id (time-ordered, so equal scores are
+   * FIFO). The gateway adds in the admission script; whoever ends the job's wait removes.
+   */
+  tenantQueued(pool: string, tenant: string): string;
+  /** Hash of the pool's fair-share counters (tenant -> virtual tokens), kept by the leader. */
+  fairShare(pool: string): string;
   /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
   poolStats(pool: string): string;
   /** A SCAN pattern matching every `poolStats` key. */
@@ -57,6 +65,8 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     lease: (pool) => queueKey(pool, 'lease'),
     admissions: (pool) => queueKey(pool, 'admissions'),
     poolStats: (pool) => queueKey(pool, 'stats'),
+    tenantQueued: (pool, tenant) => queueKey(pool, `tenant:${part('tenant', tenant)}`),
+    fairShare: (pool) => queueKey(pool, 'fair-share'),
     poolStatsPattern: `${statsHead}*${statsTail}`,
     poolOfStatsKey(key) {
       if (!key.startsWith(statsHead) || !key.endsWith(statsTail)) return undefined;

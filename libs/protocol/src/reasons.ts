@@ -50,7 +50,10 @@ export const refusalKinds = {
   body_too_large: invalid(413),
   unsupported_media_type: invalid(415),
   headers_too_large: invalid(431),
-  tenant_quota: retry(429, 5),
+  /** The tenant has `maxQueued` requests queued in this pool already. */
+  tenant_queue_full: retry(429, 5),
+  /** Missing or unknown `Authorization: Bearer` key (tenants configured). */
+  invalid_api_key: invalid(401),
 } as const satisfies Record<string, RefusalKind>;
 
 export type RejectReason = keyof typeof refusalKinds;

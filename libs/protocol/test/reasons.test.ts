@@ -16,7 +16,14 @@ describe('the refusal table', () => {
 
   it('maps statuses to the OpenAI error types', () => {
     expect(refusal('queue_full', 'm')).toMatchObject({ status: 503, type: 'server_error' });
-    expect(refusal('tenant_quota', 'm')).toMatchObject({ status: 429, type: 'rate_limit_error' });
+    expect(refusal('tenant_queue_full', 'm')).toMatchObject({
+      status: 429,
+      type: 'rate_limit_error',
+    });
+    expect(refusal('invalid_api_key', 'm')).toMatchObject({
+      status: 401,
+      type: 'invalid_request_error',
+    });
     expect(refusal('bad_request', 'm')).toMatchObject({
       status: 400,
       type: 'invalid_request_error',
