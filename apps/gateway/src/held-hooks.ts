@@ -15,7 +15,12 @@ export interface HeldHooksDeps {
   publishCancel(jobId: string, reason: string): void;
 }
 
-export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, model: string): HeldRequestHooks {
+export function heldHooks(
+  deps: HeldHooksDeps,
+  pool: PoolQueue,
+  model: string,
+  tenant?: string,
+): HeldRequestHooks {
   const { metrics, replies, now } = deps;
   return {
     heartbeatMs: deps.heartbeatSeconds * 1000,
@@ -23,7 +28,7 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, model: string): 
     slowClientBytes: deps.slowClientBytes,
     slowClientStallMs: deps.slowClientStallSeconds * 1000,
     now,
-    removeQueued: (jobId) => pool.removeQueued(jobId),
+    removeQueued: (jobId) => pool.removeQueued(jobId, tenant),
     jobKey: (jobId) => pool.jobKey(jobId),
     cancel: deps.publishCancel,
     retryAfter: () => pool.retryAfter(),

@@ -158,7 +158,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     passthrough,
     metrics,
     now,
-    heldHooks: (pool, model) => heldHooks(hooksDeps, pool, model),
+    heldHooks: (pool, model, tenant) => heldHooks(hooksDeps, pool, model, tenant),
+    tenants: new Map((loaded.tenants ?? []).map((t) => [t.name, t])),
     admit: (kind) => held.admit(kind),
     refuse,
   });

@@ -18,6 +18,15 @@ import { withTimeout } from './timeout.js';
 /** What became of a job the gateway tried to take back from the queue. */
 export type QueuedRemoval = 'removed' | 'taken' | 'missing';
 
+/** Why a job was not added: the pool's depth bound, or its tenant's `maxQueued`. */
+export type AddRefusal = 'queue_full' | 'tenant_queue_full';
+
+/** The tenant a job is queued for, and its own bound (absent: none). */
+export interface QueuedTenant {
+  name: string;
+  maxQueued?: number;
+}
+
 // Admission to the queue, exact across replicas and concurrent requests: counts the pool's
 // queued jobs (plain wait list + prioritised set + long prompts the dispatcher holds back in
 // the delayed set) plus the places reserved by adds still in progress, and reserves a place when under the bound. A reservation whose job already
@@ -28,16 +37,35 @@ export type QueuedRemoval = 'removed' | 'taken' | 'missing';
 // the same flight, and Redis runs commands of one connection in order. A refusal leaves a
 // short-lived placeholder under the job's key, so the add that follows finds the id taken
 // and, as BullMQ documents for a duplicate job id, adds nothing.
+//
+// With tenants, the job also joins its tenant's queued set (KEYS[5]), bounded by the tenant's
+// maxQueued (ARGV[6], 0 = none) in the same script, so the bound is exact across replicas
+// too. Members whose job is gone (and whose add is not in progress: its reservation is still
+// there) are dropped before a refusal, so only jobs still queued (or running, until the
+// dispatcher drops them at release) count.
 const reserveScript = `redis.call('zremrangebyscore', KEYS[3], '-inf', ARGV[2])
 for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
   if redis.call('exists', ARGV[5] .. id) == 1 then redis.call('zrem', KEYS[3], id) end
 end
-local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
-  + redis.call('zcard', KEYS[4])
-if n >= tonumber(ARGV[1]) then
+local function refuse(code)
   redis.call('hset', ARGV[5] .. ARGV[4], 'sluiceRefused', '1')
   redis.call('pexpire', ARGV[5] .. ARGV[4], ARGV[3])
-  return -1
+  return code
+end
+local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
+  + redis.call('zcard', KEYS[4])
+if n >= tonumber(ARGV[1]) then return refuse(-1) end
+if KEYS[5] then
+  local bound = tonumber(ARGV[6])
+  if bound > 0 and redis.call('zcard', KEYS[5]) >= bound then
+    for _, id in ipairs(redis.call('zrange', KEYS[5], 0, -1)) do
+      if redis.call('exists', ARGV[5] .. id) == 0 and not redis.call('zscore', KEYS[3], id) then
+        redis.call('zrem', KEYS[5], id)
+      end
+    end
+    if redis.call('zcard', KEYS[5]) >= bound then return refuse(-2) end
+  end
+  redis.call('zadd', KEYS[5], ARGV[7], ARGV[4])
 end
 redis.call('zadd', KEYS[3], ARGV[2] + ARGV[3], ARGV[4])
 return n`;
@@ -89,26 +117,40 @@ export class PoolQueue {
     return value;
   }
 
-  /** Adds the job unless the queue is at its depth bound; false when refused. */
-  async add(jobId: string, payload: JobPayload, level: QueueLevel): Promise<boolean> {
-    // Sent as EVAL, not EVALSHA: ioredis resends a script Redis does not know yet with EVAL
-    // after the failed EVALSHA, which would put the reservation behind the add.
-    const reserved = this.bullConnection.eval(
-      reserveScript,
-      4,
-      this.waitKey,
-      this.prioritizedKey,
-      this.reservedKey,
-      this.delayedKey,
+  /**
+   * Adds the job unless the queue is at its depth bound or its tenant at `maxQueued`; answers
+   * which bound refused it, undefined when added.
+   */
+  async add(
+    jobId: string,
+    payload: JobPayload,
+    level: QueueLevel,
+    tenant?: QueuedTenant,
+  ): Promise<AddRefusal | undefined> {
+    const priority = bullPriority(payload.priority, this.maxPriority, level);
+    const keys = [this.waitKey, this.prioritizedKey, this.reservedKey, this.delayedKey];
+    const args: Array<string | number> = [
       this.pool.queueDepth,
       this.now(),
       RESERVATION_MS,
       jobId,
       this.jobKeyPrefix,
+    ];
+    if (tenant) {
+      keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
+      args.push(tenant.maxQueued ?? 0, priority);
+    }
+    // Sent as EVAL, not EVALSHA: ioredis resends a script Redis does not know yet with EVAL
+    // after the failed EVALSHA, which would put the reservation behind the add.
+    const reserved = this.bullConnection.eval(
+      reserveScript,
+      keys.length,
+      ...keys,
+      ...args,
     ) as Promise<number>;
     const added = this.queue.add('completion', payload, {
       jobId,
-      priority: bullPriority(payload.priority, this.maxPriority, level),
+      priority,
       attempts: 1,
       // Bodies are prompts: nothing stays in Redis once a request is answered.
       removeOnComplete: true,
@@ -123,15 +165,18 @@ export class PoolQueue {
     }
     const queued = Number(reservation.value);
     if (queued < 0) {
-      this.lastQueued = this.pool.queueDepth;
+      if (queued === -1) this.lastQueued = this.pool.queueDepth;
       // Gone before the refusal is answered; it would expire on its own should Redis be away.
       await this.redis.del(this.jobKey(jobId)).catch(() => {});
-      return false;
+      return queued === -1 ? 'queue_full' : 'tenant_queue_full';
     }
     this.redis.zrem(this.reservedKey, jobId).catch(() => {});
-    if (addition.status === 'rejected') throw addition.reason;
+    if (addition.status === 'rejected') {
+      if (tenant) this.redis.zrem(this.keys.tenantQueued(this.pool.name, tenant.name), jobId);
+      throw addition.reason;
+    }
     this.lastQueued = queued + 1;
-    return true;
+    return undefined;
   }
 
   /** The Redis key of a job's hash: it exists from the add until the job is removed. */
@@ -145,10 +190,14 @@ export class PoolQueue {
    * answers 1 for a job that does not exist, so existence is read first. Both calls are
    * bounded by the command timeout.
    */
-  async removeQueued(jobId: string): Promise<QueuedRemoval> {
+  async removeQueued(jobId: string, tenant?: string): Promise<QueuedRemoval> {
     if ((await this.redis.exists(this.jobKey(jobId))) === 0) return 'missing';
     const removed = await withTimeout(this.queue.remove(jobId), `remove job ${jobId}`);
-    return removed === 1 ? 'removed' : 'taken';
+    if (removed !== 1) return 'taken';
+    // Its tenant's place frees at once; a failure leaves a member the next refusal drops.
+    if (tenant !== undefined)
+      await this.redis.zrem(this.keys.tenantQueued(this.pool.name, tenant), jobId).catch(() => 0);
+    return 'removed';
   }
 
   /** The leader's published stats, read at most once a second. */

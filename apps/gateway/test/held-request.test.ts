@@ -149,7 +149,7 @@ describe('HeldRequest', () => {
   it('answers a parked client whose job Redis lost 503 queue_lost at the park limit, not park_timeout', async () => {
     const h = hooks({ maxParkMs: 300 });
     const { request, answer } = await held('lost', h);
-    expect(await queue.add('lost', payload, 'short')).toBe(true);
+    expect(await queue.add('lost', payload, 'short')).toBeUndefined();
     request.added = true;
     expect(request.parked).toBe(true);
     await redis.flushall(); // Redis restarted empty
@@ -163,7 +163,7 @@ describe('HeldRequest', () => {
   it('answers a job still queued at the park limit 503 park_timeout and removes it', async () => {
     const h = hooks({ maxParkMs: 300 });
     const { request, answer } = await held('waits', h);
-    expect(await queue.add('waits', payload, 'short')).toBe(true);
+    expect(await queue.add('waits', payload, 'short')).toBeUndefined();
     request.added = true;
     const res = await answer;
     expect(res.status).toBe(503);
@@ -175,7 +175,7 @@ describe('HeldRequest', () => {
   it('abandoned while queued: 503 with the reason given, and the job leaves the queue without a cancel', async () => {
     const h = hooks();
     const { request, answer } = await held('q', h);
-    expect(await queue.add('q', payload, 'short')).toBe(true);
+    expect(await queue.add('q', payload, 'short')).toBeUndefined();
     request.added = true;
     const takeBack = request.abandon(refusal('shutting_down', 'bye'), 'shutting_down');
     const res = await answer;

@@ -58,13 +58,14 @@ describe('pool queue (gateway side)', () => {
     const results = await Promise.all(
       Array.from({ length: 10 }, (_, i) => queue.add(`j${i}`, payload(i % 3), 'short')),
     );
-    expect(results.filter(Boolean)).toHaveLength(3);
+    expect(results.filter((r) => r === undefined)).toHaveLength(3);
     expect(await queue.queue.count()).toBe(3);
   });
 
   it('a refused add leaves nothing behind: no job, no placeholder, no reservation', async () => {
-    for (let i = 0; i < 3; i += 1) expect(await queue.add(`k${i}`, payload(), 'short')).toBe(true);
-    expect(await queue.add('refused', payload(), 'short')).toBe(false);
+    for (let i = 0; i < 3; i += 1)
+      expect(await queue.add(`k${i}`, payload(), 'short')).toBeUndefined();
+    expect(await queue.add('refused', payload(), 'short')).toBe('queue_full');
     expect(await queue.queue.getJob('refused')).toBeUndefined();
     expect(await redis.exists(keys.jobKey('p', 'refused'))).toBe(0);
     expect(await redis.zcard(keys.admissions('p'))).toBe(0);
@@ -73,14 +74,14 @@ describe('pool queue (gateway side)', () => {
 
   it('holds the bound after Redis has lost its scripts', async () => {
     // One add first, so this connection has sent every script once before Redis forgets them.
-    expect(await queue.add('before', payload(), 'short')).toBe(true);
+    expect(await queue.add('before', payload(), 'short')).toBeUndefined();
     await redis.script('FLUSH');
     const results = await Promise.all(
       Array.from({ length: 8 }, (_, i) => queue.add(`f${i}`, payload(), 'short')),
     );
-    expect(results.filter(Boolean)).toHaveLength(2);
+    expect(results.filter((r) => r === undefined)).toHaveLength(2);
     expect(await queue.queue.count()).toBe(3);
-    const admitted = results.flatMap((ok, i) => (ok ? [`f${i}`] : []));
+    const admitted = results.flatMap((r, i) => (r === undefined ? [`f${i}`] : []));
     for (const id of admitted) expect(await queue.queue.getJob(id)).toBeDefined();
   });
 
@@ -112,7 +113,7 @@ describe('pool queue (gateway side)', () => {
       ['low2', 0],
       ['mid', 5],
     ] as const)
-      expect(await deep.add(id, payload(priority), 'short')).toBe(true);
+      expect(await deep.add(id, payload(priority), 'short')).toBeUndefined();
     await deep.close();
     const worker = new Worker(keys.queueName('p'), null, {
       connection: bull,
@@ -136,7 +137,7 @@ describe('pool queue (gateway side)', () => {
       ['short2', 0, 'short'],
       ['highLong', 5, 'long'],
     ] as const)
-      expect(await deep.add(id, payload(priority), level)).toBe(true);
+      expect(await deep.add(id, payload(priority), level)).toBeUndefined();
     await deep.close();
     const worker = new Worker(keys.queueName('p'), null, {
       connection: bull,
@@ -151,7 +152,7 @@ describe('pool queue (gateway side)', () => {
   });
 
   it('counts the jobs a dispatcher holds back (the delayed set) against the depth bound', async () => {
-    expect(await queue.add('held', payload(), 'long')).toBe(true);
+    expect(await queue.add('held', payload(), 'long')).toBeUndefined();
     const worker = new Worker(keys.queueName('p'), null, {
       connection: bull,
       prefix: keys.prefix,
@@ -159,12 +160,12 @@ describe('pool queue (gateway side)', () => {
     });
     const taken = await worker.getNextJob('tok', { block: false });
     await taken!.moveToDelayed(Date.now() + 60_000, 'tok');
-    expect(await queue.add('a', payload(), 'short')).toBe(true);
-    expect(await queue.add('b', payload(), 'short')).toBe(true);
-    expect(await queue.add('c', payload(), 'short')).toBe(false);
+    expect(await queue.add('a', payload(), 'short')).toBeUndefined();
+    expect(await queue.add('b', payload(), 'short')).toBeUndefined();
+    expect(await queue.add('c', payload(), 'short')).toBe('queue_full');
     // Its client gone, the gateway still removes a held job.
     expect(await queue.removeQueued('held')).toBe('removed');
-    expect(await queue.add('c', payload(), 'short')).toBe(true);
+    expect(await queue.add('c', payload(), 'short')).toBeUndefined();
     await worker.close();
   });
 
@@ -173,10 +174,49 @@ describe('pool queue (gateway side)', () => {
     const results = await Promise.all(
       Array.from({ length: 12 }, (_, i) => replicas[i % 3]!.add(`x${i}`, payload(), 'short')),
     );
-    expect(results.filter(Boolean)).toHaveLength(3);
+    expect(results.filter((r) => r === undefined)).toHaveLength(3);
     expect(await queue.queue.count()).toBe(3);
     expect(await redis.zcard(keys.admissions('p'))).toBe(0);
     await Promise.all(replicas.map((r) => r.close()));
+  });
+
+  it("bounds each tenant's queued jobs exactly, across replicas, apart from the pool's bound", async () => {
+    const wide = new PoolQueue({ ...pool, queueDepth: 100 }, keys, redis, bull, 10, Date.now);
+    const other = new PoolQueue({ ...pool, queueDepth: 100 }, keys, redis, bull, 10, Date.now);
+    const alpha = { name: 'alpha', maxQueued: 4 };
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        (i % 2 ? wide : other).add(`a${i}`, payload(), 'short', alpha),
+      ),
+    );
+    expect(results.filter((r) => r === undefined)).toHaveLength(4);
+    expect(results.filter((r) => r === 'tenant_queue_full')).toHaveLength(8);
+    // Another tenant, and one without a bound of its own, still get in.
+    expect(
+      await wide.add('b0', payload(), 'short', { name: 'beta', maxQueued: 4 }),
+    ).toBeUndefined();
+    expect(await wide.add('c0', payload(), 'short', { name: 'gamma' })).toBeUndefined();
+    expect(await redis.zcard(keys.tenantQueued('p', 'alpha'))).toBe(4);
+    expect(await redis.zcard(keys.tenantQueued('p', 'beta'))).toBe(1);
+    expect(await wide.queue.count()).toBe(6);
+    // A job taken back by its gateway frees its tenant's place at once.
+    const admitted = results.flatMap((r, i) => (r === undefined ? [`a${i}`] : []));
+    expect(await wide.removeQueued(admitted[0]!, 'alpha')).toBe('removed');
+    expect(await wide.add('a-next', payload(), 'short', alpha)).toBeUndefined();
+    expect(await wide.add('a-over', payload(), 'short', alpha)).toBe('tenant_queue_full');
+    await Promise.all([wide.close(), other.close()]);
+  });
+
+  it("drops a tenant's members whose job is gone before refusing", async () => {
+    const wide = new PoolQueue({ ...pool, queueDepth: 100 }, keys, redis, bull, 10, Date.now);
+    const alpha = { name: 'alpha', maxQueued: 2 };
+    expect(await wide.add('g1', payload(), 'short', alpha)).toBeUndefined();
+    expect(await wide.add('g2', payload(), 'short', alpha)).toBeUndefined();
+    // Ended without anyone removing its member (a dispatcher that died, a Redis blip).
+    await wide.queue.remove('g1');
+    expect(await wide.add('g3', payload(), 'short', alpha)).toBeUndefined();
+    expect(await redis.zrange(keys.tenantQueued('p', 'alpha'), 0, -1)).toEqual(['g2', 'g3']);
+    await wide.close();
   });
 
   it('knows whether a dispatcher leads the pool', async () => {

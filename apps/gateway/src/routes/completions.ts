@@ -1,6 +1,5 @@
 // The two completion routes: peek the raw body, route the model, refuse early where the
 // answer is already known, else enqueue and hold the client until its reply frames end.
-import { randomUUID } from 'node:crypto';
 import { classify, isAged, retryAfterBounds } from '@sluice/admission';
 import type { SluiceConfig } from '@sluice/config';
 import { markStage, type GatewayMetrics } from '@sluice/observability';
@@ -15,7 +14,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
 import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
 import type { Passthrough } from '../passthrough.js';
-import type { PoolQueue } from '../pool-queue.js';
+import { newJobId } from '../job-id.js';
+import type { AddRefusal, PoolQueue, QueuedTenant } from '../pool-queue.js';
 import { refusal, type Refusal } from '../refuse.js';
 import type { ReplyRouter } from '../replies.js';
 import type { Routing } from '../routing.js';
@@ -31,7 +31,9 @@ export interface CompletionRoutesOptions {
   passthrough: Passthrough;
   metrics: GatewayMetrics;
   now(): number;
-  heldHooks(pool: PoolQueue, model: string): HeldRequestHooks;
+  heldHooks(pool: PoolQueue, model: string, tenant?: string): HeldRequestHooks;
+  /** Configured tenants by name (empty without tenants): each one's queue bound. */
+  tenants: ReadonlyMap<string, QueuedTenant>;
   /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
   admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
   refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
@@ -119,7 +121,7 @@ export async function completionRoutes(
           ),
         );
 
-      const jobId = randomUUID();
+      const jobId = newJobId(now());
       const stream = peeked.stream === true;
       const payload: JobPayload = {
         v: 1,
@@ -168,7 +170,7 @@ export async function completionRoutes(
         receivedAt,
         payload.enqueuedAt,
         reply.raw,
-        opts.heldHooks(pool, model),
+        opts.heldHooks(pool, model, payload.tenant),
       );
       // Registered before the add: frames may arrive before BullMQ's add resolves.
       replies.held.set(jobId, held);
@@ -184,17 +186,11 @@ export async function completionRoutes(
             : isAged(payload.enqueuedAt, longPrompts, payload.enqueuedAt)
               ? 'aged'
               : 'long';
-        const admitted = await addWithin(pool, jobId, payload, level, ENQUEUE_TIMEOUT_MS);
+        const tenant = payload.tenant === undefined ? undefined : opts.tenants.get(payload.tenant);
+        const refused = await addWithin(pool, jobId, payload, level, tenant, ENQUEUE_TIMEOUT_MS);
         markStage('gateway.enqueued');
-        held.added = admitted;
-        if (!admitted)
-          held.fail(
-            refusal(
-              'queue_full',
-              `pool ${route.pool.name} has ${route.pool.queueDepth} requests queued (VLLM_MAX_QUEUE_DEPTH)`,
-              await pool.retryAfter(),
-            ),
-          );
+        held.added = refused === undefined;
+        if (refused) held.fail(queueRefusal(refused, pool, tenant, await pool.retryAfter()));
       } catch (err) {
         log.warn({ err }, 'enqueue failed');
         held.fail(refusal('redis_unavailable', 'queue unavailable (Redis error)'));
@@ -228,11 +224,12 @@ async function addWithin(
   jobId: string,
   payload: JobPayload,
   level: QueueLevel,
+  tenant: QueuedTenant | undefined,
   ms: number,
-): Promise<boolean> {
+): Promise<AddRefusal | undefined> {
   let timer: NodeJS.Timeout | undefined;
   let gaveUp = false;
-  const added = pool.add(jobId, payload, level);
+  const added = pool.add(jobId, payload, level, tenant);
   try {
     return await Promise.race([
       added,
@@ -247,10 +244,32 @@ async function addWithin(
     clearTimeout(timer);
     if (gaveUp)
       void added.then(
-        (admitted) => admitted && pool.removeQueued(jobId).catch(() => false),
+        (refused) =>
+          refused === undefined && pool.removeQueued(jobId, tenant?.name).catch(() => false),
         () => undefined,
       );
   }
+}
+
+/** The answer to an add that a bound refused: the pool's depth, or the tenant's own. */
+function queueRefusal(
+  refused: AddRefusal,
+  pool: PoolQueue,
+  tenant: QueuedTenant | undefined,
+  retryAfter: number,
+): Refusal {
+  const name = pool.pool.name;
+  return refused === 'queue_full'
+    ? refusal(
+        'queue_full',
+        `pool ${name} has ${pool.pool.queueDepth} requests queued (VLLM_MAX_QUEUE_DEPTH)`,
+        retryAfter,
+      )
+    : refusal(
+        'tenant_queue_full',
+        `tenant ${tenant?.name} has ${tenant?.maxQueued} requests queued in pool ${name} (its maxQueued)`,
+        retryAfter,
+      );
 }
 
 /** Priority from the configured header, clamped to 0..max; absent or unreadable = 0. */
