@@ -348,7 +348,7 @@ function figuresOf(key: RunKey, o: Outcome): Figure[] {
         name: `${label}: peak queue`,
         value: s.peakQueue,
         unit: 'requests',
-        note: `queued in Redis, sampled every ${SAMPLE_MS} ms`,
+        note: `light and heavy requests queued in Redis, sampled every ${SAMPLE_MS} ms`,
       },
     );
   figures.push(
@@ -388,7 +388,8 @@ function findingsOf(): string[] {
       `Fair share does not waste the engine: heavy was served ${round(fair.heavyRate, 1)} req/s with fair share and ${round(fifo.heavyRate, 1)} req/s under FIFO (light ${round(fair.lightRate, 1)} and ${round(fifo.lightRate, 1)} req/s), with the engine at most ${Math.max(outcomes.get('fair')!.peakRequests, outcomes.get('fifo')!.peakRequests)} requests (cap ${CAP}).`,
     );
   const missing = RUNS.filter((k) => !outcomes.has(k));
-  if (missing.length > 0) out.push(`Not measured (the run failed): ${missing.join(', ')}.`);
+  if (missing.length > 0)
+    out.push(`Not measured (the run failed or was not selected): ${missing.join(', ')}.`);
   return out;
 }
 

@@ -341,6 +341,16 @@ const INCIDENT_HEADLINE = [
   'total completion time',
 ];
 
+/** Measures of the fairness scenario shown in the summary, one row per run. */
+const FAIRNESS_HEADLINE = [
+  'light TTFT p50',
+  'light TTFT p99',
+  'light TTFT p99 / alone',
+  'light TTFT p99 / fair share',
+  'heavy served',
+  'peak engine running + waiting',
+];
+
 export function renderSummary(stored: StoredResult[], machine: Machine): string {
   const out: string[] = [
     '# Benchmark summary',
@@ -377,6 +387,13 @@ export function renderSummary(stored: StoredResult[], machine: Machine): string 
     out.push(`## ${incident.title}`, '', 'Times in simulated seconds.', '', matrix, '');
     if (incident.findings && incident.findings.length > 0)
       out.push(...incident.findings.map((f) => `- ${f}`), '');
+  }
+  const fairness = stored.find((s) => s.result.scenario === 'fairness')?.result;
+  const fairMatrix = fairness && comparisonTable(fairness.figures, FAIRNESS_HEADLINE);
+  if (fairness && fairMatrix) {
+    out.push(`## ${fairness.title}`, '', fairMatrix, '');
+    if (fairness.findings && fairness.findings.length > 0)
+      out.push(...fairness.findings.map((f) => `- ${f}`), '');
   }
   if (stored.length === 0) out.push('No results yet.', '');
   return `${out.join('\n').trimEnd()}\n`;

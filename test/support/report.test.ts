@@ -194,6 +194,34 @@ describe('report markdown', () => {
     expect(renderSummary(stored, machine)).not.toContain('- Goal');
   });
 
+  it('shows the fairness runs side by side in the summary, with their findings', () => {
+    const fairness: ScenarioResult = {
+      scenario: 'fairness',
+      title: 'Fairness',
+      figures: [
+        { name: 'light alone: light TTFT p99', value: 12.5, unit: 'ms' },
+        { name: 'light alone: failed or incomplete', value: 0, unit: 'requests' },
+        { name: 'fair share: light TTFT p99', value: 30, unit: 'ms' },
+        { name: 'fair share: heavy served', value: 50.2, unit: 'req/s' },
+      ],
+      findings: ['Fair share: 2.4x alone.'],
+    };
+    const md = renderSummary([...stored, { result: fairness, writtenAt: machine.date }], machine);
+    expect(md).toContain(
+      [
+        '## Fairness',
+        '',
+        '|  | light TTFT p99 (ms) | heavy served (req/s) |',
+        '| --- | --- | --- |',
+        '| light alone | 12.5 |  |',
+        '| fair share | 30 | 50.2 |',
+        '',
+        '- Fair share: 2.4x alone.',
+      ].join('\n'),
+    );
+    expect(renderSummary(stored, machine)).not.toContain('Fairness');
+  });
+
   it('formats values for tables', () => {
     expect(formatValue(12345)).toBe('12,345');
     expect(formatValue(1.23456)).toBe('1.23');
