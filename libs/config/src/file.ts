@@ -17,7 +17,9 @@ import type {
   LongPromptConfig,
   PassthroughConfig,
   PoolConfig,
+  TenantConfig,
 } from './types.js';
+import { readTenants } from './tenants.js';
 import { shared } from './variables.js';
 
 /** Values a pool or engine takes when the file does not say. */
@@ -32,16 +34,20 @@ export interface FileDefaults {
   gpuSource: GpuSource;
   /** The ADMISSION_LONG_* variables; a pool's `longPrompts` block overrides them key by key. */
   longPrompts: LongPromptConfig;
+  /** SLUICE_MAX_PRIORITY: no tenant's `maxPriority` may exceed it. */
+  maxPriority: number;
 }
 
 export interface FileContents {
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
+  /** The `tenants` list; undefined when the file has none. */
+  tenants: TenantConfig[] | undefined;
   /** Whether some engine took its cap from `FileDefaults` rather than from the file. */
   usedDefaultCap: boolean;
 }
 
-const TOP_KEYS = ['pools', 'passthrough', 'degradation'] as const;
+const TOP_KEYS = ['pools', 'passthrough', 'degradation', 'tenants'] as const;
 const POOL_KEYS = [
   'name',
   'models',
@@ -66,7 +72,7 @@ const bool: Rule<boolean> = {
   fromText: (raw) => (raw === 'true' ? true : raw === 'false' ? false : undefined),
   fromValue: (raw) => (typeof raw === 'boolean' ? raw : undefined),
 };
-const PASSTHROUGH_KEYS = ['model', 'url'] as const;
+const PASSTHROUGH_KEYS = ['model', 'url', 'apiKey'] as const;
 
 const poolName = matching(/^[a-z0-9-]{1,63}$/, "1 to 63 lower-case letters, digits or '-'");
 const engineName = matching(
@@ -303,8 +309,11 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const model = check.required(entry, 'model', path, shared.modelName);
     claimModel(model, `${path}.model`);
     const url = check.required(entry, 'url', path, shared.engineUrl);
-    return { model, url };
+    // The backend's own key: with tenants, the client's key is never forwarded to it.
+    const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey, true);
+    return apiKey === undefined ? { model, url } : { model, url, apiKey };
   });
 
-  return { pools, passthrough, usedDefaultCap };
+  const tenants = readTenants(check, root, defaults.maxPriority);
+  return { pools, passthrough, tenants, usedDefaultCap };
 }

@@ -37,6 +37,19 @@ function checkRelay(vars: EnvValues): { livenessMs: number; silenceTimeoutMs: nu
   );
 }
 
+/** GATEWAY_METRICS_PORT, when set: a port of its own, never the API's. */
+function gatewayMetricsPort(vars: EnvValues): { gatewayMetricsPort?: number } {
+  const port = vars.get('GATEWAY_METRICS_PORT');
+  if (port === undefined) return {};
+  if (port === vars.must('PORT') && port !== 0)
+    throw invalid(
+      'GATEWAY_METRICS_PORT',
+      vars.shown('GATEWAY_METRICS_PORT'),
+      `a port other than PORT (${port}): /metrics gets a listener of its own`,
+    );
+  return { gatewayMetricsPort: port };
+}
+
 function defaultCap(vars: EnvValues): { cap: number; source: MaxInflightSource } {
   const explicit = vars.get('ADMISSION_MAX_INFLIGHT');
   if (explicit !== undefined) return { cap: explicit, source: 'ADMISSION_MAX_INFLIGHT' };
@@ -99,6 +112,7 @@ export function loadConfig(
 
   let pools: PoolConfig[] = [];
   let passthrough: SluiceConfig['passthrough'] = [];
+  let tenants: SluiceConfig['tenants'];
   let maxInflightSource: MaxInflightSource = envSource;
   if (file !== undefined) {
     const contents = readPoolFile(file, readFileText(file, readFile), {
@@ -109,6 +123,7 @@ export function loadConfig(
       degradation,
       gpuSource,
       longPrompts,
+      maxPriority: vars.must('SLUICE_MAX_PRIORITY'),
     });
     // SLUICE_DEGRADATION=off switches degradation off everywhere, whatever the file says.
     pools = degradationOff
@@ -118,6 +133,7 @@ export function loadConfig(
         }))
       : contents.pools;
     passthrough = contents.passthrough;
+    tenants = contents.tenants;
     const anyEngine = pools.some((pool) => pool.engines.length > 0);
     if (anyEngine && !contents.usedDefaultCap) maxInflightSource = 'config';
   } else if (vllmUrl !== undefined) {
@@ -151,9 +167,11 @@ export function loadConfig(
       host: vars.must('HOST'),
       port: vars.must('PORT'),
       metricsPort: vars.must('METRICS_PORT'),
+      ...gatewayMetricsPort(vars),
     },
     pools,
     passthrough,
+    ...(tenants === undefined ? {} : { tenants }),
     maxInflightSource,
     admission: {
       kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),
