@@ -56,3 +56,8 @@ export {
   type Verdict,
   type WaitReason,
 } from './release-order.js';
+export {
+  fairShareBound,
+  VirtualTokenCounter,
+  type FairShareOptions,
+} from './fair-share.js';
