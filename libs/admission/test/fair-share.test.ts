@@ -149,3 +149,201 @@ describe('fair share: worked examples', () => {
     expect(fairShareBound(flat)).toBe(6000);
   });
 });
+
+// A small discrete engine: `concurrency` slots; when one is free the next request is released
+// from the tenant `pick` names and its input charged; each step every request in flight
+// streams `chunk` output tokens, charged as they come. Weights are powers of two so every
+// weighted charge is exact and the bounds can be asserted without a tolerance.
+interface Arrival {
+  tenant: number;
+  input: number;
+  output: number;
+}
+
+interface Scenario {
+  concurrency: number;
+  weights: number[];
+  maxInput: number;
+  maxOutput: number;
+  chunk: number;
+  /** Call `pick([])` when a slot is free and nothing waits (the queue drained), or not. */
+  pollEmpty: boolean;
+  /** Name the waiting tenants in a rotating order, so ties fall differently. */
+  rotate: boolean;
+  /** Arrivals at each step; the run continues until every request completed. */
+  steps: Arrival[][];
+}
+
+interface SimView {
+  /** Weighted tokens charged so far, per tenant: the service, counted by the test. */
+  served: number[];
+  queued: number[];
+}
+
+interface Hooks {
+  /** After `pick` lifted and chose (undefined: nothing waiting), before the input is charged. */
+  picked(tenant: number | undefined, waiting: readonly number[]): void;
+  /** After every charge: a release, or a step of output. */
+  settled(): void;
+}
+
+const name = (tenant: number) => `t${tenant}`;
+
+function counterFor(s: Scenario): VirtualTokenCounter {
+  return new VirtualTokenCounter({ weights: new Map(s.weights.map((w, t) => [name(t), w])) });
+}
+
+function simulate(s: Scenario, vtc: VirtualTokenCounter, view: SimView, hooks: Hooks): void {
+  const queues: Arrival[][] = s.weights.map(() => []);
+  let inflight: { tenant: number; left: number }[] = [];
+  for (let step = 0; step < s.steps.length || inflight.length > 0 || view.queued.some((q) => q > 0); step++) {
+    for (const arrival of s.steps[step] ?? []) queues[arrival.tenant]!.push(arrival);
+    view.queued = queues.map((q) => q.length);
+    while (inflight.length < s.concurrency) {
+      const shift = s.rotate ? step % s.weights.length : 0;
+      const order = s.weights.map((_, i) => (i + shift) % s.weights.length);
+      const waiting = order.filter((t) => queues[t]!.length > 0);
+      if (waiting.length === 0 && !s.pollEmpty) break;
+      const picked = vtc.pick(waiting.map(name));
+      const tenant = picked === undefined ? undefined : Number(picked.slice(1));
+      hooks.picked(tenant, waiting);
+      if (tenant === undefined) break;
+      const request = queues[tenant]!.shift()!;
+      view.queued = queues.map((q) => q.length);
+      vtc.chargeInput(name(tenant), request.input);
+      view.served[tenant]! += request.input / s.weights[tenant]!;
+      inflight.push({ tenant, left: request.output });
+      hooks.settled();
+    }
+    for (const request of inflight) {
+      const tokens = Math.min(request.left, s.chunk);
+      if (tokens === 0) continue;
+      vtc.chargeOutput(name(request.tenant), tokens);
+      view.served[request.tenant]! += (2 * tokens) / s.weights[request.tenant]!;
+      request.left -= tokens;
+    }
+    inflight = inflight.filter((request) => request.left > 0);
+    hooks.settled();
+  }
+}
+
+/**
+ * Runs a scenario and checks, at every release and every step of output:
+ * (1) two tenants backlogged (queue never empty) since a pick t1: their service since t1
+ *     differs by at most the bound;
+ * (2) a tenant that becomes active is released within a bounded number of releases to the
+ *     others, and until then no other tenant gets more than the bound from its first release
+ *     in that window;
+ * (3) no tenant gets more than bound/2 x weight / w_p + 1 releases in a row while another
+ *     waits: a returning tenant does not take the engine.
+ * The limits of (2) and (3) follow from the bound's U (see `fairShareBound`): a tenant that
+ * is picked has the smallest counter, each release raises a counter by at least w_p x 1 token
+ * / weight, and a tenant that becomes active starts at the smallest active counter.
+ * Returns how many comparisons were made, so a caller can tell the checks were not vacuous.
+ */
+function checkFairness(s: Scenario): { pairs: number; windows: number } {
+  const bound = fairShareBound({
+    maxInputTokens: s.maxInput,
+    maxOutputTokens: s.maxOutput,
+    concurrency: s.concurrency,
+    minWeight: Math.min(...s.weights),
+  });
+  const vtc = counterFor(s);
+  const view: SimView = { served: s.weights.map(() => 0), queued: s.weights.map(() => 0) };
+  const tenants = s.weights.map((_, t) => t);
+  const backlogSince: (number | undefined)[] = [];
+  const servedAtPick: number[][] = [];
+  let previous = new Set<number>();
+  const windows = new Map<number, { releases: number; firstRelease: Map<number, number> }>();
+  let run = { tenant: -1, length: 0 };
+  const counts = { pairs: 0, windows: 0 };
+
+  simulate(s, vtc, view, {
+    picked(tenant, waiting) {
+      const pick = servedAtPick.push([...view.served]) - 1;
+      for (const t of waiting) backlogSince[t] ??= pick;
+      for (const t of waiting) {
+        if (!previous.has(t)) windows.set(t, { releases: 0, firstRelease: new Map() });
+      }
+      previous = new Set(waiting);
+      if (tenant === undefined) return;
+      windows.delete(tenant);
+      for (const window of windows.values()) {
+        window.releases++;
+        if (!window.firstRelease.has(tenant)) window.firstRelease.set(tenant, view.served[tenant]!);
+      }
+      const othersWait = waiting.length > 1;
+      run = othersWait ? { tenant, length: run.tenant === tenant ? run.length + 1 : 1 } : { tenant: -1, length: 0 };
+      if (othersWait) {
+        expect(run.length).toBeLessThanOrEqual(Math.floor((bound / 2) * s.weights[tenant]!) + 1);
+      }
+    },
+    settled() {
+      for (const t of tenants) if (view.queued[t] === 0) backlogSince[t] = undefined;
+      for (const f of tenants) {
+        for (const g of tenants) {
+          const since = Math.max(backlogSince[f] ?? Infinity, backlogSince[g] ?? Infinity);
+          if (f >= g || since === Infinity) continue;
+          const serviceF = view.served[f]! - servedAtPick[since]![f]!;
+          const serviceG = view.served[g]! - servedAtPick[since]![g]!;
+          expect(Math.abs(serviceF - serviceG)).toBeLessThanOrEqual(bound);
+          counts.pairs++;
+        }
+      }
+      for (const [returning, window] of windows) {
+        const others = tenants.filter((t) => t !== returning);
+        const allowed = others.reduce((sum, g) => sum + Math.floor((bound / 2) * s.weights[g]!) + 1, 0);
+        expect(window.releases).toBeLessThanOrEqual(allowed);
+        for (const [g, before] of window.firstRelease) {
+          expect(view.served[g]! - before).toBeLessThanOrEqual(bound);
+        }
+        counts.windows++;
+      }
+    },
+  });
+  return counts;
+}
+
+const arrival = fc.record({ tenant: fc.nat(), input: fc.nat(), output: fc.nat() });
+
+const scenario: fc.Arbitrary<Scenario> = fc
+  .record({
+    concurrency: fc.integer({ min: 1, max: 4 }),
+    weights: fc.array(fc.constantFrom(1, 2, 4), { minLength: 2, maxLength: 4 }),
+    maxInput: fc.integer({ min: 1, max: 40 }),
+    maxOutput: fc.integer({ min: 0, max: 20 }),
+    chunk: fc.integer({ min: 1, max: 3 }),
+    pollEmpty: fc.boolean(),
+    rotate: fc.boolean(),
+    // Quiet steps between bursts, so tenants go idle and come back.
+    steps: fc.array(fc.oneof(fc.constant([]), fc.array(arrival, { maxLength: 5 })), {
+      minLength: 1,
+      maxLength: 60,
+    }),
+  })
+  .map((s) => ({
+    ...s,
+    steps: s.steps.map((arrivals) =>
+      arrivals.map((a) => ({
+        tenant: a.tenant % s.weights.length,
+        input: 1 + (a.input % s.maxInput),
+        output: a.output % (s.maxOutput + 1),
+      })),
+    ),
+  }));
+
+describe('fair share: properties over random arrivals', () => {
+  it('backlogged tenants stay within the bound; returning tenants neither starve nor starve others', () => {
+    const total = { pairs: 0, windows: 0 };
+    fc.assert(
+      fc.property(scenario, (s) => {
+        const counts = checkFairness(s);
+        total.pairs += counts.pairs;
+        total.windows += counts.windows;
+      }),
+      { numRuns: 300 },
+    );
+    expect(total.pairs).toBeGreaterThan(0);
+    expect(total.windows).toBeGreaterThan(0);
+  });
+});
