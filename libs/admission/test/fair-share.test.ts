@@ -181,6 +181,8 @@ interface SimView {
 }
 
 interface Hooks {
+  /** Before `pick`, with the tenants about to be named. */
+  picking?(waiting: readonly number[]): void;
   /** After `pick` lifted and chose (undefined: nothing waiting), before the input is charged. */
   picked(tenant: number | undefined, waiting: readonly number[]): void;
   /** After every charge: a release, or a step of output. */
@@ -204,6 +206,7 @@ function simulate(s: Scenario, vtc: VirtualTokenCounter, view: SimView, hooks: H
       const order = s.weights.map((_, i) => (i + shift) % s.weights.length);
       const waiting = order.filter((t) => queues[t]!.length > 0);
       if (waiting.length === 0 && !s.pollEmpty) break;
+      hooks.picking?.(waiting);
       const picked = vtc.pick(waiting.map(name));
       const tenant = picked === undefined ? undefined : Number(picked.slice(1));
       hooks.picked(tenant, waiting);
@@ -241,14 +244,17 @@ function simulate(s: Scenario, vtc: VirtualTokenCounter, view: SimView, hooks: H
  * / weight, and a tenant that becomes active starts at the smallest active counter.
  * Returns how many comparisons were made, so a caller can tell the checks were not vacuous.
  */
-function checkFairness(s: Scenario): { pairs: number; windows: number } {
+function checkFairness(
+  s: Scenario,
+  observe: Pick<Hooks, 'picking' | 'picked'> & { vtc?: VirtualTokenCounter } = {},
+): { pairs: number; windows: number } {
   const bound = fairShareBound({
     maxInputTokens: s.maxInput,
     maxOutputTokens: s.maxOutput,
     concurrency: s.concurrency,
     minWeight: Math.min(...s.weights),
   });
-  const vtc = counterFor(s);
+  const vtc = observe.vtc ?? counterFor(s);
   const view: SimView = { served: s.weights.map(() => 0), queued: s.weights.map(() => 0) };
   const tenants = s.weights.map((_, t) => t);
   const backlogSince: (number | undefined)[] = [];
@@ -259,7 +265,9 @@ function checkFairness(s: Scenario): { pairs: number; windows: number } {
   const counts = { pairs: 0, windows: 0 };
 
   simulate(s, vtc, view, {
+    picking: observe.picking,
     picked(tenant, waiting) {
+      observe.picked?.(tenant, waiting);
       const pick = servedAtPick.push([...view.served]) - 1;
       for (const t of waiting) backlogSince[t] ??= pick;
       for (const t of waiting) {
@@ -345,5 +353,92 @@ describe('fair share: properties over random arrivals', () => {
     );
     expect(total.pairs).toBeGreaterThan(0);
     expect(total.windows).toBeGreaterThan(0);
+  });
+});
+
+describe('fair share: a tenant that returns after a long idle', () => {
+  // Tenant 0 sends a few requests, then nothing while the others are served alone for long
+  // enough that their counters pass its own by more than the bound; then it floods. It must
+  // be lifted (not bank the idle time and take the engine), and served soon.
+  const returning: fc.Arbitrary<Scenario> = fc
+    .record({
+      concurrency: fc.integer({ min: 1, max: 3 }),
+      weights: fc.array(fc.constantFrom(1, 2), { minLength: 2, maxLength: 3 }),
+      maxInput: fc.integer({ min: 1, max: 20 }),
+      maxOutput: fc.integer({ min: 1, max: 10 }),
+      early: fc.integer({ min: 1, max: 3 }),
+      comeback: fc.integer({ min: 1, max: 40 }),
+      sizes: fc.array(fc.record({ input: fc.nat(), output: fc.nat() }), { minLength: 1, maxLength: 20 }),
+    })
+    .map((r) => {
+      const bound = fairShareBound({
+        maxInputTokens: r.maxInput,
+        maxOutputTokens: r.maxOutput,
+        concurrency: r.concurrency,
+      });
+      // Every step the busy slots stream at least one token each (2 / weight <= 2 weighted
+      // tokens); shared by at most two others within the bound, so this many steps lifts
+      // their smallest counter past tenant 0's by more than the bound.
+      const idle = Math.ceil((4 * bound + 4 * r.maxInput) / r.concurrency) + 10;
+      let n = 0;
+      const request = (tenant: number): Arrival => {
+        const size = r.sizes[n++ % r.sizes.length]!;
+        return {
+          tenant,
+          input: 1 + (size.input % r.maxInput),
+          output: 1 + (size.output % r.maxOutput),
+        };
+      };
+      const flood = r.concurrency * (idle + 2 * bound);
+      const others = r.weights.slice(1).flatMap((_, i) => Array.from({ length: flood }, () => request(i + 1)));
+      const steps: Arrival[][] = Array.from({ length: idle + 1 }, () => []);
+      steps[0] = [...Array.from({ length: r.early }, () => request(0)), ...others];
+      steps[idle] = Array.from({ length: r.comeback }, () => request(0));
+      return {
+        concurrency: r.concurrency,
+        weights: r.weights,
+        maxInput: r.maxInput,
+        maxOutput: r.maxOutput,
+        chunk: 1,
+        pollEmpty: false,
+        rotate: false,
+        steps,
+      };
+    });
+
+  it('is lifted to the smallest active counter, served within the bound, and takes no more than its share', () => {
+    fc.assert(
+      fc.property(returning, (s) => {
+        const vtc = counterFor(s);
+        let wasActive = false;
+        let before: { own: number; othersMin: number } | undefined;
+        let lifted = 0;
+        checkFairness(s, {
+          vtc,
+          picking(waiting) {
+            const active = waiting.includes(0);
+            if (active && !wasActive && lifted === 0 && vtc.counter('t0') > 0) {
+              const others = waiting.filter((t) => t !== 0).map((t) => vtc.counter(name(t)));
+              before = { own: vtc.counter('t0'), othersMin: Math.min(...others) };
+            }
+            wasActive = active;
+          },
+          picked() {
+            if (before === undefined || lifted !== 0) return;
+            expect(before.othersMin).toBeGreaterThan(before.own);
+            expect(vtc.counter('t0')).toBe(before.othersMin);
+            lifted = before.othersMin - before.own;
+          },
+        });
+        // The scenario did exercise the lift, by more than the bound.
+        const bound = fairShareBound({
+          maxInputTokens: s.maxInput,
+          maxOutputTokens: s.maxOutput,
+          concurrency: s.concurrency,
+        });
+        expect(lifted).toBeGreaterThan(bound);
+      }),
+      { numRuns: 40 },
+    );
   });
 });
