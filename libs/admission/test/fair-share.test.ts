@@ -122,11 +122,13 @@ describe('fair share: worked examples', () => {
     const vtc = new VirtualTokenCounter(equal);
     for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY]) {
       expect(() => vtc.chargeInput('a', bad)).toThrow(RangeError);
-      expect(() => vtc.chargeOutput('a', bad)).toThrow(/output tokens must be a finite number >= 0/);
-      expect(() => new VirtualTokenCounter(equal, { a: bad })).toThrow(RangeError);
-      expect(() => fairShareBound({ maxInputTokens: bad, maxOutputTokens: 1, concurrency: 1 })).toThrow(
-        RangeError,
+      expect(() => vtc.chargeOutput('a', bad)).toThrow(
+        /output tokens must be a finite number >= 0/,
       );
+      expect(() => new VirtualTokenCounter(equal, { a: bad })).toThrow(RangeError);
+      expect(() =>
+        fairShareBound({ maxInputTokens: bad, maxOutputTokens: 1, concurrency: 1 }),
+      ).toThrow(RangeError);
     }
     expect(vtc.counter('a')).toBe(0);
     for (const weight of [0, -2, Number.NaN]) {
@@ -142,7 +144,9 @@ describe('fair share: worked examples', () => {
 
   it('the bound: cap 2, prompts up to 2,000 tokens, answers up to 500', () => {
     // 2 x (1 x 2,000 + 2 x 2 x 500) = 8,000 weighted tokens, under three full requests.
-    expect(fairShareBound({ maxInputTokens: 2000, maxOutputTokens: 500, concurrency: 2 })).toBe(8000);
+    expect(fairShareBound({ maxInputTokens: 2000, maxOutputTokens: 500, concurrency: 2 })).toBe(
+      8000,
+    );
     const half = { maxInputTokens: 2000, maxOutputTokens: 500, concurrency: 2, minWeight: 0.5 };
     expect(fairShareBound(half)).toBe(16000);
     const flat = { ...half, minWeight: 1, inputWeight: 1, outputWeight: 1 };
@@ -198,7 +202,11 @@ function counterFor(s: Scenario): VirtualTokenCounter {
 function simulate(s: Scenario, vtc: VirtualTokenCounter, view: SimView, hooks: Hooks): void {
   const queues: Arrival[][] = s.weights.map(() => []);
   let inflight: { tenant: number; left: number }[] = [];
-  for (let step = 0; step < s.steps.length || inflight.length > 0 || view.queued.some((q) => q > 0); step++) {
+  for (
+    let step = 0;
+    step < s.steps.length || inflight.length > 0 || view.queued.some((q) => q > 0);
+    step++
+  ) {
     for (const arrival of s.steps[step] ?? []) queues[arrival.tenant]!.push(arrival);
     view.queued = queues.map((q) => q.length);
     while (inflight.length < s.concurrency) {
@@ -246,7 +254,7 @@ function simulate(s: Scenario, vtc: VirtualTokenCounter, view: SimView, hooks: H
  */
 function checkFairness(
   s: Scenario,
-  observe: Pick<Hooks, 'picking' | 'picked'> & { vtc?: VirtualTokenCounter } = {},
+  observe: Partial<Pick<Hooks, 'picking' | 'picked'>> & { vtc?: VirtualTokenCounter } = {},
 ): { pairs: number; windows: number } {
   const bound = fairShareBound({
     maxInputTokens: s.maxInput,
@@ -281,7 +289,9 @@ function checkFairness(
         if (!window.firstRelease.has(tenant)) window.firstRelease.set(tenant, view.served[tenant]!);
       }
       const othersWait = waiting.length > 1;
-      run = othersWait ? { tenant, length: run.tenant === tenant ? run.length + 1 : 1 } : { tenant: -1, length: 0 };
+      run = othersWait
+        ? { tenant, length: run.tenant === tenant ? run.length + 1 : 1 }
+        : { tenant: -1, length: 0 };
       if (othersWait) {
         expect(run.length).toBeLessThanOrEqual(Math.floor((bound / 2) * s.weights[tenant]!) + 1);
       }
@@ -300,7 +310,10 @@ function checkFairness(
       }
       for (const [returning, window] of windows) {
         const others = tenants.filter((t) => t !== returning);
-        const allowed = others.reduce((sum, g) => sum + Math.floor((bound / 2) * s.weights[g]!) + 1, 0);
+        const allowed = others.reduce(
+          (sum, g) => sum + Math.floor((bound / 2) * s.weights[g]!) + 1,
+          0,
+        );
         expect(window.releases).toBeLessThanOrEqual(allowed);
         for (const [g, before] of window.firstRelease) {
           expect(view.served[g]! - before).toBeLessThanOrEqual(bound);
@@ -368,7 +381,10 @@ describe('fair share: a tenant that returns after a long idle', () => {
       maxOutput: fc.integer({ min: 1, max: 10 }),
       early: fc.integer({ min: 1, max: 3 }),
       comeback: fc.integer({ min: 1, max: 40 }),
-      sizes: fc.array(fc.record({ input: fc.nat(), output: fc.nat() }), { minLength: 1, maxLength: 20 }),
+      sizes: fc.array(fc.record({ input: fc.nat(), output: fc.nat() }), {
+        minLength: 1,
+        maxLength: 20,
+      }),
     })
     .map((r) => {
       const bound = fairShareBound({
@@ -390,7 +406,9 @@ describe('fair share: a tenant that returns after a long idle', () => {
         };
       };
       const flood = r.concurrency * (idle + 2 * bound);
-      const others = r.weights.slice(1).flatMap((_, i) => Array.from({ length: flood }, () => request(i + 1)));
+      const others = r.weights
+        .slice(1)
+        .flatMap((_, i) => Array.from({ length: flood }, () => request(i + 1)));
       const steps: Arrival[][] = Array.from({ length: idle + 1 }, () => []);
       steps[0] = [...Array.from({ length: r.early }, () => request(0)), ...others];
       steps[idle] = Array.from({ length: r.comeback }, () => request(0));
