@@ -1,5 +1,5 @@
 // Fair share among tenants: the Virtual Token Counter (VTC) of Sheng et al., "Fairness in
-// Serving Large Language Models" (OSDI 2024), Algorithm 2, weighted as in its section 4.3.
+// Serving Large Language Models" (OSDI 2024), Algorithm 2, in its weighted form.
 // Each tenant has a counter of the service it got, in weighted tokens: input tokens charged
 // at release (w_p), output tokens as they stream (w_q), both divided by the tenant's weight.
 // The next release goes to the waiting tenant with the smallest counter.
