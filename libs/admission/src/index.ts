@@ -56,4 +56,4 @@ export {
   type Verdict,
   type WaitReason,
 } from './release-order.js';
-export { VirtualTokenCounter, type FairShareOptions } from './fair-share.js';
+export { fairShareBound, VirtualTokenCounter, type FairShareOptions } from './fair-share.js';
