@@ -2,15 +2,20 @@
 // tenant with waiting work and the least weighted service (`@sluice/admission`'s Virtual
 // Token Counter) has its next job moved to the front of the queue; input tokens are charged
 // at release, output tokens as they stream. The counters live in this process and are
-// written to Redis (keys.fairShare) every second and at a handover, so the next leader goes
-// on from them (docs/broker.md, "Tenants and fair share").
-import { VirtualTokenCounter } from '@sluice/admission';
+// written to Redis (keys.fairShare) every second and at a handover, with who was waiting,
+// so the next leader goes on from them (docs/broker.md, "Tenants and fair share").
+import { VirtualTokenCounter, type FairShareState } from '@sluice/admission';
 import type { TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 import { TenantQueues, type TenantQueue } from './tenant-queues.js';
+
+// Beside the counters in the same hash: who was waiting at the last pick, and who was picked,
+// so the next leader lifts nobody who was waiting all along. Tenant names cannot contain ':'.
+const ACTIVE_FIELD = ':active';
+const LAST_FIELD = ':last';
 
 export interface FairShareDeps {
   pool: string;
@@ -58,7 +63,11 @@ export class FairShare {
         // Only configured tenants, and only numbers: a stale or foreign field is ignored.
         if (this.weights.has(tenant) && Number.isFinite(n) && n >= 0) counters[tenant] = n;
       }
-      this.counter = new VirtualTokenCounter({ weights: this.weights }, counters);
+      this.counter = new VirtualTokenCounter(
+        { weights: this.weights },
+        counters,
+        this.readState(stored),
+      );
       this.setCounterMetrics();
     } catch (err) {
       log.warn({ pool, err: (err as Error).message }, 'reading fair-share counters failed');
@@ -72,7 +81,13 @@ export class FairShare {
     const { redis, keys, pool } = this.deps;
     const snapshot = this.counter.snapshot();
     if (Object.keys(snapshot).length === 0) return;
-    await redis.hset(keys.fairShare(pool), snapshot).catch(() => {
+    const { active, lastServed } = this.counter.state();
+    const fields = {
+      ...snapshot,
+      [ACTIVE_FIELD]: active.join(','),
+      [LAST_FIELD]: lastServed ?? '',
+    };
+    await redis.hset(keys.fairShare(pool), fields).catch(() => {
       this.dirty = true;
     });
     this.setCounterMetrics();
@@ -155,6 +170,17 @@ export class FairShare {
     } catch {
       // The next take or tick reads again.
     }
+  }
+
+  /** The pick's memory as the last leader wrote it; undefined when absent (an older leader). */
+  private readState(stored: Record<string, string>): FairShareState | undefined {
+    const active = stored[ACTIVE_FIELD];
+    if (active === undefined) return undefined;
+    const last = stored[LAST_FIELD];
+    return {
+      active: active.split(',').filter((t) => this.weights.has(t)),
+      ...(last && this.weights.has(last) ? { lastServed: last } : {}),
+    };
   }
 
   private setQueued(tenants: readonly TenantQueue[]): void {

@@ -29,6 +29,14 @@ export interface FairShareOptions {
   outputWeight?: number;
 }
 
+/** What `pick` remembers between calls, for a restore: see the constructor. */
+export interface FairShareState {
+  /** The tenants waiting at the last pick. */
+  active: readonly string[];
+  /** The tenant picked last. */
+  lastServed?: string;
+}
+
 const defaults = { inputWeight: 1, outputWeight: 2 } as const;
 
 export class VirtualTokenCounter {
@@ -41,7 +49,16 @@ export class VirtualTokenCounter {
   /** The tenant picked last; undefined until this instance has picked once. */
   #lastServed: string | undefined;
 
-  constructor(options: FairShareOptions, counters: Readonly<Record<string, number>> = {}) {
+  /**
+   * `counters` and `state` restore what a previous instance's `snapshot` and `state` gave (a
+   * new leader going on from the last one): with the state, the tenants waiting before are
+   * known, so none of them is lifted at the first pick.
+   */
+  constructor(
+    options: FairShareOptions,
+    counters: Readonly<Record<string, number>> = {},
+    state?: FairShareState,
+  ) {
     for (const [tenant, weight] of options.weights) {
       if (!(Number.isFinite(weight) && weight > 0)) {
         throw new RangeError(`fair share: weight of tenant "${tenant}" must be > 0, got ${weight}`);
@@ -53,6 +70,18 @@ export class VirtualTokenCounter {
     for (const [tenant, value] of Object.entries(counters)) {
       this.#counters.set(tenant, nonNegative(`counter of tenant "${tenant}"`, value));
     }
+    if (state) {
+      this.#active = new Set(state.active);
+      this.#lastServed = state.lastServed;
+    }
+  }
+
+  /** Who was waiting at the last pick and who was picked: what `pick` lifts against. */
+  state(): FairShareState {
+    return {
+      active: [...this.#active],
+      ...(this.#lastServed === undefined ? {} : { lastServed: this.#lastServed }),
+    };
   }
 
   /**
@@ -112,8 +141,8 @@ export class VirtualTokenCounter {
     const continuing = waiting.filter((tenant) => this.#active.has(tenant));
     if (continuing.length > 0) return Math.min(...continuing.map((t) => this.counter(t)));
     if (this.#lastServed !== undefined) return this.counter(this.#lastServed);
-    // The first pick of this instance (a new leader restoring a snapshot): who was active
-    // before is unknown, so every waiting tenant counts as returning and they are evened up
+    // The first pick of an instance restored without its state (a new leader that could
+    // not read it): who was active before is unknown, so every waiting tenant counts as returning and they are evened up
     // to the highest among them. A tenant that was active keeps its place within the bound
     // (its counter was at most the bound above the others'); one that was idle, however low
     // its stale counter, does not get the engine to itself for the whole gap.

@@ -56,4 +56,9 @@ export {
   type Verdict,
   type WaitReason,
 } from './release-order.js';
-export { fairShareBound, VirtualTokenCounter, type FairShareOptions } from './fair-share.js';
+export {
+  fairShareBound,
+  VirtualTokenCounter,
+  type FairShareOptions,
+  type FairShareState,
+} from './fair-share.js';

@@ -118,6 +118,18 @@ describe('fair share: worked examples', () => {
     expect(next.counter('b')).toBe(200);
   });
 
+  it('restored with its state, goes on exactly where the previous instance stopped', () => {
+    const vtc = new VirtualTokenCounter(equal);
+    serveBacklogged(vtc, ['a', 'b'], 3);
+    vtc.chargeInput('a', 100); // a's request in flight ran long: b is behind while both wait
+    expect(vtc.state()).toEqual({ active: ['a', 'b'], lastServed: 'a' });
+    const next = new VirtualTokenCounter(equal, vtc.snapshot(), vtc.state());
+    const same = new VirtualTokenCounter(equal, vtc.snapshot(), vtc.state());
+    // b was waiting all along: it is not lifted, and gets the turns it is owed.
+    expect(serveBacklogged(next, ['a', 'b'], 6)).toEqual(serveBacklogged(vtc, ['a', 'b'], 6));
+    expect(serveBacklogged(same, ['a', 'b'], 2)).toEqual(['b', 'b']);
+  });
+
   it('refuses bad numbers with a RangeError', () => {
     const vtc = new VirtualTokenCounter(equal);
     for (const bad of [-1, Number.NaN, Number.POSITIVE_INFINITY]) {
