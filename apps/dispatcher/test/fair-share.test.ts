@@ -4,15 +4,14 @@
 import type { TenantConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { keySpace, type JobPayload } from '@sluice/protocol';
-import { createRedis, redisReady, type Redis } from '@sluice/redis';
-import { startRedis, type TestRedis } from '@sluice/test/support';
-import { Queue, Worker } from 'bullmq';
+import type { Redis } from '@sluice/redis';
+import type { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
 import { FairShare } from '../src/fair-share.ts';
 
-let server: TestRedis;
+let fixture: QueueFixture;
 let redis: Redis;
-let bull: Redis;
 let queue: Queue;
 let worker: Worker;
 const keys = keySpace('fair-test');
@@ -23,24 +22,11 @@ const tenants: TenantConfig[] = [
 const silent = { warn: () => {} };
 
 beforeAll(async () => {
-  server = await startRedis();
-  redis = createRedis(server.url, { name: 'cmd', role: 'command' });
-  bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
-  await Promise.all([redisReady(redis), redisReady(bull)]);
-  queue = new Queue(keys.queueName('p'), { connection: bull, prefix: keys.prefix });
-  worker = new Worker(keys.queueName('p'), null, {
-    connection: bull,
-    prefix: keys.prefix,
-    autorun: false,
-  });
+  fixture = await startQueueFixture('fair-test');
+  ({ redis, queue, worker } = fixture);
 });
 beforeEach(() => redis.flushall());
-afterAll(async () => {
-  await worker.close();
-  await queue.close();
-  await Promise.all([redis.quit(), bull.quit()]);
-  await server.stop();
-});
+afterAll(() => fixture.close());
 
 const fairShare = () =>
   new FairShare({

@@ -1,40 +1,26 @@
 // The tenants' queued sets against a real redis-server and BullMQ: which job each tenant has
 // waiting next, and moving the fair share's pick to the front of the queue.
 import { keySpace } from '@sluice/protocol';
-import { createRedis, redisReady, type Redis } from '@sluice/redis';
-import { startRedis, type TestRedis } from '@sluice/test/support';
-import { Queue, Worker } from 'bullmq';
+import type { Redis } from '@sluice/redis';
+import type { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
 import { TenantQueues } from '../src/tenant-queues.ts';
 
-let server: TestRedis;
+let fixture: QueueFixture;
 let redis: Redis;
-let bull: Redis;
 let queue: Queue;
 let worker: Worker;
 let queues: TenantQueues;
 const keys = keySpace('tq-test');
 
 beforeAll(async () => {
-  server = await startRedis();
-  redis = createRedis(server.url, { name: 'cmd', role: 'command' });
-  bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
-  await Promise.all([redisReady(redis), redisReady(bull)]);
-  queue = new Queue(keys.queueName('p'), { connection: bull, prefix: keys.prefix });
-  worker = new Worker(keys.queueName('p'), null, {
-    connection: bull,
-    prefix: keys.prefix,
-    autorun: false,
-  });
+  fixture = await startQueueFixture('tq-test');
+  ({ redis, queue, worker } = fixture);
   queues = new TenantQueues('p', ['alpha', 'beta', 'gamma'], keys, redis, queue);
 });
 beforeEach(() => redis.flushall());
-afterAll(async () => {
-  await worker.close();
-  await queue.close();
-  await Promise.all([redis.quit(), bull.quit()]);
-  await server.stop();
-});
+afterAll(() => fixture.close());
 
 /** Queues a job as a gateway does: BullMQ priority 1 (the default class), and its tenant's member. */
 async function add(tenant: string, id: string, priority = 1): Promise<void> {
