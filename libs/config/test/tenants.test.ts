@@ -1,7 +1,7 @@
 // The YAML file's `tenants` list, pass-through `apiKey`, and GATEWAY_METRICS_PORT.
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { loadConfig } from '../src/index.js';
+import { createRouter, loadConfig } from '../src/index.js';
 import { configError, envError, fileError, loadFile } from './helpers.js';
 
 const sha = (key: string) => createHash('sha256').update(key).digest('hex');
@@ -196,6 +196,12 @@ describe('SLUICE_CONFIG: a pass-through apiKey', () => {
     expect(
       loadFile('passthrough:\n  - { model: e, url: "http://tei:8080" }\n').passthrough[0],
     ).not.toHaveProperty('apiKey');
+    // The route carries it to the gateway's pass-through.
+    expect(createRouter(loadFile(file('sk-tei-1'))).route('e')).toEqual({
+      kind: 'passthrough',
+      url: 'http://tei:8080',
+      apiKey: 'sk-tei-1',
+    });
     const error = fileError(file('"tei secret"'));
     expect(error.message).toBe(
       '/etc/sluice.yaml: passthrough[0].apiKey=(hidden, 10 characters) is invalid: expected a token of visible ASCII characters (no blanks or newlines)',

@@ -12,6 +12,7 @@ import {
   type QueueLevel,
 } from '@sluice/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { priorityCap } from '../auth.js';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
 import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
 import type { Passthrough } from '../passthrough.js';
@@ -98,7 +99,7 @@ export async function completionRoutes(
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
-        return passthrough.forward(route.url, path, request.headers, body, reply.raw);
+        return passthrough.forward(route, path, request.headers, body, reply.raw);
       }
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
@@ -129,8 +130,12 @@ export async function completionRoutes(
         replica: replicaId,
         enqueuedAt: now(),
         deadline: now() + route.pool.maxParkSeconds * 1000,
-        priority: priorityOf(request.headers[limits.priorityHeader], limits.maxPriority),
+        priority: priorityOf(
+          request.headers[limits.priorityHeader],
+          priorityCap(request.tenant, limits.maxPriority),
+        ),
       };
+      if (request.tenant) payload.tenant = request.tenant.name;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
       const promptTokens = estimatePromptTokens(body, peeked);
@@ -254,7 +259,7 @@ async function addWithin(
 }
 
 /** Priority from the configured header, clamped to 0..max; absent or unreadable = 0. */
-function priorityOf(header: string | string[] | undefined, max: number): number {
+export function priorityOf(header: string | string[] | undefined, max: number): number {
   const value = Number(Array.isArray(header) ? header[0] : header);
   if (!Number.isFinite(value)) return 0;
   return Math.min(max, Math.max(0, Math.trunc(value)));
