@@ -168,6 +168,18 @@ describe('API keys at the gateway', () => {
     completions.push(streamed);
 
     // Both reached the engine and none was refused there: it would refuse the client's key.
+    // A valid key with a body the gateway refuses, and a model nobody serves: answered at the
+    // edge (the error paths must not log the prompt either).
+    const broken = await answer(
+      fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...bearer(ALPHA_KEY) },
+        body: `{"model":"m","messages":[{"role":"user","content":"${MARKER}"}`,
+      }),
+    );
+    expect(broken.status).toBe(400);
+    expect((await ask(`${MARKER}-model`, bearer(BETA_KEY))).status).toBe(404);
+
     const after = await engineCounts(engine);
     expect(after).toEqual({ received: Number(before.received) + 2, unauthorized: 0 });
     const received = (await (await fetch(`${engine.url}/sim/received`)).json()) as {
