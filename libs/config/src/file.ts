@@ -1,5 +1,5 @@
-// The optional YAML file (SLUICE_CONFIG): pools, engines, pass-through models and degradation
-// (its blocks are read in degradation.ts). Validated strictly: an unknown key is an error,
+// The optional YAML file (SLUICE_CONFIG): pools, engines, pass-through models, degradation
+// (its blocks are read in degradation.ts) and tenants (tenants.ts). Validated strictly: an unknown key is an error,
 // because a typo in a file is a bug, not a choice.
 import { parseDocument } from 'yaml';
 import {
@@ -10,6 +10,7 @@ import {
 } from './degradation.js';
 import { ConfigError, hidden, show } from './errors.js';
 import { engineNameFromUrl, matching, oneOf, type Rule } from './rules.js';
+import { readTenants } from './tenants.js';
 import type {
   DegradationConfig,
   EngineConfig,
@@ -19,7 +20,6 @@ import type {
   PoolConfig,
   TenantConfig,
 } from './types.js';
-import { readTenants } from './tenants.js';
 import { shared } from './variables.js';
 
 /** Values a pool or engine takes when the file does not say. */
@@ -41,8 +41,8 @@ export interface FileDefaults {
 export interface FileContents {
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
-  /** The `tenants` list; undefined when the file has none. */
-  tenants: TenantConfig[] | undefined;
+  /** Absent when the file has no `tenants` key. */
+  tenants?: TenantConfig[];
   /** Whether some engine took its cap from `FileDefaults` rather than from the file. */
   usedDefaultCap: boolean;
 }
@@ -309,11 +309,10 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const model = check.required(entry, 'model', path, shared.modelName);
     claimModel(model, `${path}.model`);
     const url = check.required(entry, 'url', path, shared.engineUrl);
-    // The backend's own key: with tenants, the client's key is never forwarded to it.
     const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey, true);
-    return apiKey === undefined ? { model, url } : { model, url, apiKey };
+    return { model, url, ...(apiKey === undefined ? {} : { apiKey }) };
   });
 
   const tenants = readTenants(check, root, defaults.maxPriority);
-  return { pools, passthrough, tenants, usedDefaultCap };
+  return { pools, passthrough, usedDefaultCap, ...(tenants === undefined ? {} : { tenants }) };
 }

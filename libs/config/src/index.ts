@@ -2,8 +2,8 @@ export { loadConfig, type ReadFile } from './load.js';
 export { describeVariables } from './variables.js';
 export { ConfigError } from './errors.js';
 export { maskCredentials } from './rules.js';
-export { keyDigest } from './tenants.js';
 export { defaultDegradation } from './degradation.js';
+export { keyDigest } from './tenants.js';
 export {
   createRouter,
   passthroughForModel,

@@ -37,17 +37,22 @@ function checkRelay(vars: EnvValues): { livenessMs: number; silenceTimeoutMs: nu
   );
 }
 
-/** GATEWAY_METRICS_PORT, when set: a port of its own, never the API's. */
-function gatewayMetricsPort(vars: EnvValues): { gatewayMetricsPort?: number } {
-  const port = vars.get('GATEWAY_METRICS_PORT');
-  if (port === undefined) return {};
-  if (port === vars.must('PORT') && port !== 0)
+/** GATEWAY_METRICS_PORT must not be the API port it is meant to be separate from (0: both pick one). */
+function httpConfig(vars: EnvValues): SluiceConfig['http'] {
+  const port = vars.must('PORT');
+  const gatewayMetricsPort = vars.get('GATEWAY_METRICS_PORT');
+  if (gatewayMetricsPort !== undefined && gatewayMetricsPort !== 0 && gatewayMetricsPort === port)
     throw invalid(
       'GATEWAY_METRICS_PORT',
       vars.shown('GATEWAY_METRICS_PORT'),
-      `a port other than PORT (${port}): /metrics gets a listener of its own`,
+      `a port other than PORT (${port})`,
     );
-  return { gatewayMetricsPort: port };
+  return {
+    host: vars.must('HOST'),
+    port,
+    metricsPort: vars.must('METRICS_PORT'),
+    ...(gatewayMetricsPort === undefined ? {} : { gatewayMetricsPort }),
+  };
 }
 
 function defaultCap(vars: EnvValues): { cap: number; source: MaxInflightSource } {
@@ -163,12 +168,7 @@ export function loadConfig(
   const dispatcherId = vars.get('SLUICE_DISPATCHER_ID');
   return {
     redis: redisConfig(vars),
-    http: {
-      host: vars.must('HOST'),
-      port: vars.must('PORT'),
-      metricsPort: vars.must('METRICS_PORT'),
-      ...gatewayMetricsPort(vars),
-    },
+    http: httpConfig(vars),
     pools,
     passthrough,
     ...(tenants === undefined ? {} : { tenants }),

@@ -1,97 +1,113 @@
-// The YAML file's `tenants` list: who may use the engines, with which keys, and on what terms
-// (docs/broker.md, "Tenants and fair share"). Plain keys are hashed on load and never kept:
-// the config holds only SHA-256 digests, so nothing downstream can print a key.
+// The YAML file's `tenants:` list: who may use the gateway and on what terms. Plain keys are
+// hashed on load and never kept: the config, its errors and anything that logs the config
+// hold only SHA-256 digests, so `apiKeySha256` lets the file itself hold no secret either.
 import { createHash } from 'node:crypto';
 import type { FileChecker } from './file.js';
 import { decimal, integer, matching, type Rule } from './rules.js';
 import type { TenantConfig } from './types.js';
+import { shared } from './variables.js';
 
-const TENANT_KEYS = ['name', 'apiKeys', 'apiKeySha256', 'weight', 'maxQueued', 'maxPriority'];
+const KEYS = ['name', 'apiKeys', 'apiKeySha256', 'weight', 'maxQueued', 'maxPriority'] as const;
 
-const tenantName = matching(/^[A-Za-z0-9_.-]{1,63}$/, "1 to 63 letters, digits, '_', '.' or '-'");
-const weight = decimal({ min: 0, exclusiveMin: true });
-const maxQueued = integer(1);
-/** A key worth the name: long enough not to be guessed, no blanks a copy-paste might add. */
-const plainKey: Rule<string> = {
-  allowed: 'a key of 8 to 512 characters without blanks',
-  fromText: (raw) => (/^\S{8,512}$/.test(raw) ? raw : undefined),
-  fromValue: (value) =>
-    typeof value === 'string' && /^\S{8,512}$/.test(value) ? value : undefined,
-};
-const digest = matching(/^[0-9a-fA-F]{64}$/, 'a SHA-256 digest: 64 hex digits', (raw) =>
-  raw.toLowerCase(),
-);
+const rules = {
+  name: matching(/^[A-Za-z0-9_.-]{1,63}$/, "1 to 63 letters, digits, '_', '.' or '-'"),
+  digest: matching(
+    /^[0-9A-Fa-f]{64}$/,
+    '64 hexadecimal digits (printf %s "$KEY" | sha256sum)',
+    (raw) => raw.toLowerCase(),
+  ),
+  weight: decimal({ min: 0, exclusiveMin: true }),
+  maxQueued: integer(1),
+} as const;
 
-/** The SHA-256 digest of a key as lower-case hex: how keys are stored and compared. */
+/** Lower-case hex SHA-256 of a key's UTF-8 bytes: what `sha256sum` prints for it. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
-type Mapping = Record<string, unknown>;
+/** `maxPriority` may not exceed SLUICE_MAX_PRIORITY: the header is clamped to that anyway. */
+function priorityRule(max: number): Rule<number> {
+  const base = integer(0, max);
+  return { ...base, allowed: `${base.allowed} (SLUICE_MAX_PRIORITY)` };
+}
 
 /**
- * Reads `tenants` when the file has it; undefined when it does not (no keys asked for).
- * `maxPriority` is the SLUICE_MAX_PRIORITY bound no tenant's may exceed.
+ * Reads `tenants` from the file's root mapping; `undefined` when the key is absent (no keys
+ * are asked for). Names and keys are unique across tenants: one key in two tenants would make
+ * the tenant of a request depend on lookup order.
  */
 export function readTenants(
   check: FileChecker,
-  root: Mapping,
+  root: Record<string, unknown>,
   maxPriority: number,
 ): TenantConfig[] | undefined {
   if (!Object.hasOwn(root, 'tenants')) return undefined;
-  const list = check.list(root['tenants'], 'tenants', 'tenants', false);
-  if (list.length === 0)
-    throw check.error('tenants', 'is empty: remove it to serve without API keys');
-  const names = new Map<string, string>();
+  const raw = root['tenants'];
+  if (Array.isArray(raw) && raw.length === 0)
+    throw check.invalid(
+      'tenants',
+      raw,
+      'a non-empty list of tenants (remove the key to run without tenants)',
+    );
+  const list = check.list(raw, 'tenants', 'tenants', true);
+  const priority = priorityRule(maxPriority);
+  const nameAt = new Map<string, string>();
   const digestAt = new Map<string, string>();
-  const priority = integer(0, maxPriority);
-  return list.map((raw, i) => {
-    const path = `tenants[${i}]`;
-    const entry = check.mapping(raw, path, TENANT_KEYS);
-    const name = check.required(entry, 'name', path, tenantName);
-    const previous = names.get(name);
+
+  const claim = (digest: string, at: string, secret: string | undefined) => {
+    const other = digestAt.get(digest);
+    if (other === undefined) return digestAt.set(digest, at);
+    throw check.invalid(
+      at,
+      secret ?? digest,
+      `a key no other entry has (already at ${other})`,
+      secret !== undefined,
+    );
+  };
+
+  return list.map((rawTenant, t): TenantConfig => {
+    const path = `tenants[${t}]`;
+    const tenant = check.mapping(rawTenant, path, KEYS);
+    const name = check.required(tenant, 'name', path, rules.name);
+    const previous = nameAt.get(name);
     if (previous !== undefined)
-      throw check.invalid(
-        `${path}.name`,
-        name,
-        `a name not used elsewhere (already at ${previous})`,
-      );
-    names.set(name, path);
+      throw check.invalid(`${path}.name`, name, `a name not used by another tenant (${previous})`);
+    nameAt.set(name, path);
+
     const keySha256: string[] = [];
-    const claim = (value: string, at: string) => {
-      const other = digestAt.get(value);
-      if (other !== undefined)
-        throw check.error(at, `is the same key as ${other}: a key names one tenant`);
-      digestAt.set(value, at);
-      keySha256.push(value);
-    };
-    readList(check, entry, 'apiKeys', path).forEach((value, j) => {
-      const at = `${path}.apiKeys[${j}]`;
-      const key = plainKey.fromValue(value);
-      if (key === undefined) throw check.invalid(at, value, plainKey.allowed, true);
-      claim(keyDigest(key), at);
-    });
-    readList(check, entry, 'apiKeySha256', path).forEach((value, j) => {
-      const at = `${path}.apiKeySha256[${j}]`;
-      const hex = digest.fromValue(value);
-      if (hex === undefined) throw check.invalid(at, value, digest.allowed);
-      claim(hex, at);
-    });
+    if (Object.hasOwn(tenant, 'apiKeys'))
+      check.list(tenant['apiKeys'], `${path}.apiKeys`, 'keys', false).forEach((item, k) => {
+        const at = `${path}.apiKeys[${k}]`;
+        const key = shared.apiKey.fromValue(item);
+        // Whatever was written there, it was meant as a secret: never shown.
+        if (key === undefined) throw check.invalid(at, String(item), shared.apiKey.allowed, true);
+        const digest = keyDigest(key);
+        claim(digest, at, key);
+        keySha256.push(digest);
+      });
+    if (Object.hasOwn(tenant, 'apiKeySha256'))
+      check
+        .list(tenant['apiKeySha256'], `${path}.apiKeySha256`, 'SHA-256 digests', false)
+        .forEach((item, k) => {
+          const at = `${path}.apiKeySha256[${k}]`;
+          const digest = rules.digest.fromValue(item);
+          if (digest === undefined) throw check.invalid(at, item, rules.digest.allowed);
+          claim(digest, at, undefined);
+          keySha256.push(digest);
+        });
     if (keySha256.length === 0)
-      throw check.error(path, 'has no key: expected apiKeys or apiKeySha256 with at least one');
-    const tenant: TenantConfig = {
+      throw check.error(
+        path,
+        'has no key: expected apiKeys or apiKeySha256 with at least one entry',
+      );
+
+    const maxQueued = check.optional(tenant, 'maxQueued', path, rules.maxQueued);
+    return {
       name,
       keySha256,
-      weight: check.optional(entry, 'weight', path, weight) ?? 1,
-      maxPriority: check.optional(entry, 'maxPriority', path, priority) ?? 0,
+      weight: check.optional(tenant, 'weight', path, rules.weight) ?? 1,
+      ...(maxQueued === undefined ? {} : { maxQueued }),
+      maxPriority: check.optional(tenant, 'maxPriority', path, priority) ?? 0,
     };
-    const bound = check.optional(entry, 'maxQueued', path, maxQueued);
-    if (bound !== undefined) tenant.maxQueued = bound;
-    return tenant;
   });
-}
-
-function readList(check: FileChecker, entry: Mapping, key: string, path: string): unknown[] {
-  if (!Object.hasOwn(entry, key)) return [];
-  return check.list(entry[key], `${path}.${key}`, 'keys', true);
 }

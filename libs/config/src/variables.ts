@@ -125,13 +125,13 @@ export const VARIABLES = {
     fallback: 8080,
     help: 'gateway HTTP port (0 picks a free one)',
   }),
-  GATEWAY_METRICS_PORT: v(integer(1, 65535), {
-    defaultText: 'unset',
-    help: "gateway's /metrics on its own port (on HOST), so that only PORT faces clients; unset: /metrics on PORT",
-  }),
   METRICS_PORT: v(integer(0, 65535), {
     fallback: 9464,
     help: "dispatcher's /metrics and health port (0 picks a free one)",
+  }),
+  GATEWAY_METRICS_PORT: v(integer(0, 65535), {
+    defaultText: 'unset',
+    help: 'the gateway serves /metrics on this port (same HOST) instead of PORT, so only the API port faces clients; must differ from PORT (0 picks a free one)',
   }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',

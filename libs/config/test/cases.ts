@@ -91,8 +91,7 @@ export const bad: Record<VariableName, string[]> = {
   HOST: ['a b', '[::1]', 'host/x', ' 0.0.0.0'],
   PORT: ['-1', '65536', '80.5', 'abc', '0x50', '1e3', ' 80', '80 ', '+-1'],
   METRICS_PORT: ['-1', '65536', '9464.0', 'metrics'],
-  // 0 is not 'pick one' here: an operator names the port Prometheus scrapes.
-  GATEWAY_METRICS_PORT: ['0', '65536', 'metrics'],
+  GATEWAY_METRICS_PORT: ['-1', '65536', '9465.0', 'metrics'],
   VLLM_URL: [
     'ftp://vllm:8000',
     'vllm:8000',
@@ -210,7 +209,11 @@ export const good: Record<
     ['0080', 80],
   ],
   METRICS_PORT: [['9000', 9000]],
-  GATEWAY_METRICS_PORT: [['9465', 9465]],
+  GATEWAY_METRICS_PORT: [
+    ['9465', 9465],
+    ['0', 0],
+    ['8081', 8081, { PORT: '8080' }],
+  ],
   VLLM_URL: [
     ['http://vllm-0:8000', 'http://vllm-0:8000'],
     ['HTTPS://VLLM.example/', 'https://vllm.example'],

@@ -20,7 +20,7 @@ const context: Partial<Record<VariableName, Record<string, string>>> = {
   ADMISSION_LONG_AGING_SECONDS: { VLLM_URL: 'http://e:1' },
   SLUICE_RELAY_LIVENESS_MS: { SLUICE_RELAY_SILENCE_TIMEOUT_MS: String(MAX_TIMER_MS) },
   SLUICE_RELAY_SILENCE_TIMEOUT_MS: { SLUICE_RELAY_LIVENESS_MS: '10' },
-  // Never PORT's value (tested on its own): PORT 0 picks a free port, never one of these.
+  // It must differ from PORT; with PORT=0 (a free port) every value is allowed.
   GATEWAY_METRICS_PORT: { PORT: '0' },
 };
 /** Ranges narrowed by a relation with another variable (tested on their own elsewhere). */

@@ -29,7 +29,7 @@ export function gatewayMetrics(registry: Registry) {
     }),
     tenantRejected: new Counter({
       name: 'sluice_tenant_rejected_total',
-      help: 'Requests of a configured tenant refused or ended by Sluice, by reason (invalid_api_key: tenant="unknown").',
+      help: 'Requests of a configured tenant refused or ended by Sluice, by reason (a request without a valid key has no tenant: sluice_rejected_total counts it).',
       labelNames: ['tenant', 'reason'],
       registers,
     }),
