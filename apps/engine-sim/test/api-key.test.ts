@@ -24,14 +24,15 @@ const complete = (headers: Record<string, string>) =>
 describe('engine-sim --api-key', () => {
   it('refuses /v1 requests without the right bearer key with 401 {"error":"Unauthorized"}', async () => {
     const before = await sim.state();
-    for (const headers of [
+    const attempts: Record<string, string>[] = [
       {},
       { authorization: 'Bearer wrong' },
       { authorization: KEY },
       { authorization: `Basic ${KEY}` },
       // vLLM splits at the first space: a second one becomes part of the key.
       { authorization: `Bearer  ${KEY}` },
-    ]) {
+    ];
+    for (const headers of attempts) {
       const res = await complete(headers);
       expect(res.status, JSON.stringify(headers)).toBe(401);
       expect(await res.json()).toEqual({ error: 'Unauthorized' });
@@ -49,7 +50,7 @@ describe('engine-sim --api-key', () => {
     for (const scheme of ['Bearer', 'bearer']) {
       const res = await complete({ authorization: `${scheme} ${KEY}` });
       expect(res.status).toBe(200);
-      expect((await res.json()).object).toBe('text_completion');
+      expect(((await res.json()) as { object: string }).object).toBe('text_completion');
     }
     expect((await sim.state())['receivedTotal']).toBe(Number(before['receivedTotal']) + 2);
   });
