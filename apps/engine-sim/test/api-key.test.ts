@@ -24,7 +24,7 @@ const complete = (headers: Record<string, string>) =>
 describe('engine-sim --api-key', () => {
   it('refuses /v1 requests without the right bearer key with 401 {"error":"Unauthorized"}', async () => {
     const before = await sim.state();
-    const cases: Array<Record<string, string>> = [
+    const attempts: Record<string, string>[] = [
       {},
       { authorization: 'Bearer wrong' },
       { authorization: KEY },
@@ -32,7 +32,7 @@ describe('engine-sim --api-key', () => {
       // vLLM splits at the first space: a second one becomes part of the key.
       { authorization: `Bearer  ${KEY}` },
     ];
-    for (const headers of cases) {
+    for (const headers of attempts) {
       const res = await complete(headers);
       expect(res.status, JSON.stringify(headers)).toBe(401);
       expect(await res.json()).toEqual({ error: 'Unauthorized' });
