@@ -56,6 +56,7 @@ export function formatStatus(
             ? ''
             : `, prefill ${Math.round(longs.prefillTokensPerSecond)} tok/s`),
       );
+    lines.push(...tenantLines(stats));
     for (const e of stats.engines) {
       const gate =
         e.open === undefined
@@ -76,6 +77,21 @@ export function formatStatus(
     }
   }
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * One line per tenant: queue depth, in flight with its share of the pool's running work, its
+ * weight, and its fair-share counter (the tenant with work and the least goes next).
+ */
+function tenantLines(stats: PoolStats): string[] {
+  const tenants = Object.entries(stats.tenants ?? {});
+  const running = tenants.reduce((sum, [, t]) => sum + t.inflight, 0);
+  return tenants.map(
+    ([name, t]) =>
+      `  tenant ${name}  queued ${t.queued}  in-flight ${t.inflight}` +
+      ` (${running === 0 ? 0 : Math.round((t.inflight / running) * 100)}% of running)` +
+      `  weight ${t.weight}  virtual tokens ${Math.round(t.virtualTokens)}`,
+  );
 }
 
 export async function runStatus(argv: string[]): Promise<void> {

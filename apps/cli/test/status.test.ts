@@ -87,6 +87,35 @@ describe('sluice status output', () => {
     );
   });
 
+  it("shows each tenant's queue, its share of the running work, weight and counter", () => {
+    const text = formatStatus(
+      [
+        {
+          pool: 'p',
+          stats: {
+            leader: 'd1',
+            at: 0,
+            drainPerSecond: 1,
+            engines: [],
+            tenants: {
+              alpha: { queued: 20, inflight: 1, weight: 1, virtualTokens: 1200.4 },
+              beta: { queued: 3, inflight: 3, weight: 2, virtualTokens: 1100 },
+            },
+          },
+        },
+      ],
+      0,
+    );
+    expect(text).toBe(
+      [
+        'pool p  leader d1  drain 1.00/s',
+        '  tenant alpha  queued 20  in-flight 1 (25% of running)  weight 1  virtual tokens 1200',
+        '  tenant beta  queued 3  in-flight 3 (75% of running)  weight 2  virtual tokens 1100',
+        '',
+      ].join('\n'),
+    );
+  });
+
   it('says so when no dispatcher has published anything', () => {
     expect(formatStatus([], 0)).toMatch(/^no pools/);
   });

@@ -14,6 +14,12 @@ export interface EngineTimeouts {
   bodyTimeoutMs: number;
 }
 
+/** What the caller watches of a response body as it is relayed. */
+export interface ResponseWatch {
+  firstByte?(): void;
+  data?(chunk: Buffer): void;
+}
+
 export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
 
 export class EngineClient {
@@ -40,15 +46,16 @@ export class EngineClient {
   }
 
   /**
-   * Sends `body` to the engine and relays the answer; never throws. `onFirstByte` runs once,
-   * at the first chunk of the response body (for a stream: the first token).
+   * Sends `body` to the engine and relays the answer; never throws. `watch.firstByte` runs
+   * once, at the first chunk of the response body (for a stream: the first token);
+   * `watch.data` sees every chunk as it is relayed.
    */
   async call(
     path: CompletionPath,
     body: string | Buffer,
     relay: ReplyRelay,
     signal: AbortSignal,
-    onFirstByte?: () => void,
+    watch: ResponseWatch = {},
   ): Promise<CallOutcome> {
     let headSent = false;
     try {
@@ -59,13 +66,15 @@ export class EngineClient {
       const contentType = String(response.headers['content-type'] ?? 'application/json');
       relay.head({ status: response.statusCode, contentType });
       headSent = true;
-      let first = onFirstByte;
+      let first = watch.firstByte;
+      const data = watch.data;
       for await (const chunk of response.body) {
         if (first) {
           first();
           first = undefined;
         }
         relay.data(chunk as Buffer);
+        data?.(chunk as Buffer);
       }
       markStage('dispatcher.engine-end');
       relay.end();

@@ -6,7 +6,9 @@ import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Job } from 'bullmq';
 import type { CancelBook, CancelledError } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
+import type { FairShare } from './fair-share.js';
 import type { InflightJob } from './ledger.js';
+import { OutputTokens } from './output-tokens.js';
 import type { RelayHub } from './relay.js';
 import type { ReplicaLiveness } from './replicas.js';
 
@@ -24,6 +26,8 @@ export interface JobRunnerDeps {
   now: () => number;
   /** A job went to its engine (the drain rate counts these). */
   released: () => void;
+  /** The pool's fair share among tenants, charged with output tokens; absent without tenants. */
+  fairShare?: FairShare;
 }
 
 export class JobRunner {
@@ -116,19 +120,21 @@ export class JobRunner {
     this.deps.released();
     relay.start({ engine: engine.name, loadState: degraded.state });
     let outcome;
+    // Output is counted only where a fair share charges it (tenants configured).
+    const fairShare = this.deps.fairShare;
+    const tokens =
+      fairShare && payload.tenant !== undefined ? new OutputTokens(payload.stream) : undefined;
     markStage('dispatcher.engine-call');
     entry.callStartedAt = now();
     try {
-      outcome = await engine.client.call(
-        payload.path,
-        degraded.body,
-        relay,
-        controller.signal,
-        () => {
+      outcome = await engine.client.call(payload.path, degraded.body, relay, controller.signal, {
+        firstByte: () => {
           entry.firstByteAt = now();
           work.firstByte(entry.firstByteAt);
         },
-      );
+        data: tokens && ((chunk) => fairShare!.output(payload.tenant, tokens.chunk(chunk))),
+      });
+      if (tokens) fairShare!.output(payload.tenant, tokens.end());
     } finally {
       cancels.unregister(jobId);
       hub.close(relay);

@@ -164,6 +164,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
           metrics,
           leaseTtlMs: config.lease.ttlMs,
           maxPriority: config.limits.maxPriority,
+          tenants: config.tenants,
           timeouts: {
             headersTimeoutMs: config.engine.headersTimeoutMs,
             bodyTimeoutMs: config.engine.bodyTimeoutMs,

@@ -5,7 +5,7 @@
 // holding.ts. The queue's BullMQ global concurrency is set to the pool's total cap as a
 // Redis-enforced backstop against two processes that both believe they lead.
 import type { GatePolicy } from '@sluice/admission';
-import type { MaxInflightSource, PoolConfig } from '@sluice/config';
+import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import type { KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
@@ -14,6 +14,7 @@ import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
 import type { EngineTimeouts } from './engine-call.js';
 import { createEngineSlot, observeEngine, type EngineSlot } from './engine-slot.js';
+import { FairShare } from './fair-share.js';
 import { Holding } from './holding.js';
 import { JobRunner } from './job-runner.js';
 import { Lease } from './lease.js';
@@ -45,6 +46,8 @@ export interface PoolDispatcherDeps {
   maxInflightSource: MaxInflightSource;
   /** SLUICE_MAX_PRIORITY, to compute a held job's BullMQ priority when it is promoted. */
   maxPriority: number;
+  /** The configured tenants; absent: no fair share (one anonymous tenant). */
+  tenants?: readonly TenantConfig[];
   /** Highest GPU utilization of the latest fresh reading, if a GPU source runs. */
   gpuUtilization: () => number | undefined;
   log: {
@@ -68,6 +71,7 @@ export class PoolDispatcher {
   private readonly locks: LockRenewal;
   private readonly stats: PoolStats;
   private readonly load: PoolLoad;
+  private readonly fairShare: FairShare | undefined;
   private closing = false;
   private timers: NodeJS.Timeout[] = [];
 
@@ -142,6 +146,18 @@ export class PoolDispatcher {
       (err) => warn('lease renewal failed', err, { pool: name }),
     );
     this.load = new PoolLoad(pool.degradation);
+    this.fairShare =
+      deps.tenants && deps.tenants.length > 0
+        ? new FairShare({
+            pool: name,
+            tenants: deps.tenants,
+            keys,
+            redis: deps.redis,
+            queue: this.queue,
+            metrics,
+            log,
+          })
+        : undefined;
     this.ledger = new InflightLedger({
       pool: name,
       metrics,
@@ -163,6 +179,7 @@ export class PoolDispatcher {
       metrics,
       isLeader: () => this.lease.isLeader,
       loadState: () => this.load.profile,
+      fairShare: this.fairShare,
       now,
       failed: (err) => warn('publishing pool stats failed', err, { pool: name }),
     });
@@ -178,6 +195,7 @@ export class PoolDispatcher {
       log,
       now,
       released: () => this.stats.released(),
+      fairShare: this.fairShare,
     });
     this.locks = new LockRenewal({
       worker: this.worker,
@@ -195,6 +213,7 @@ export class PoolDispatcher {
       holding: this.holding,
       ledger: this.ledger,
       runner: this.runner,
+      fairShare: this.fairShare,
       metrics,
       // The reply path must be up too: a job released while the command connection is still
       // reconnecting (a SIGSTOP or a partition just ended) would run with its frames stuck,
@@ -222,7 +241,10 @@ export class PoolDispatcher {
     void this.lease.start();
     this.locks.start();
     this.deps.redis.on('ready', this.onRedisReady);
-    const stats = setInterval(() => void this.stats.publish(), 1000);
+    const stats = setInterval(() => {
+      void this.stats.publish();
+      if (this.lease.isLeader) void this.fairShare?.flush();
+    }, 1000);
     // The load signal is sampled at the scrape cadence, so the EMA weighs readings evenly.
     const load = setInterval(() => this.sampleLoad(), this.deps.scrape.intervalMs);
     this.timers.push(stats, load);
@@ -242,6 +264,8 @@ export class PoolDispatcher {
     this.closing = true;
     this.deps.redis.off('ready', this.onRedisReady);
     for (const t of this.timers) clearInterval(t);
+    // The next leader goes on from the counters as they are now.
+    if (this.lease.isLeader) await this.fairShare?.flush();
     await this.lease.stop();
     // A take blocks at most BullMQ's block timeout (10 s with delayed jobs), unless Redis is
     // away: then only closing the worker (after the jobs in flight ended) frees it, and
@@ -278,7 +302,9 @@ export class PoolDispatcher {
       .setGlobalConcurrency(this.totalCap)
       .catch((err: unknown) => log.error({ err }, 'setGlobalConcurrency failed'));
     void this.holding.adopt();
-    this.loop.start();
+    // The counters first: the first pick is the previous leader's next one.
+    if (this.fairShare) void this.fairShare.load().finally(() => this.loop.start());
+    else this.loop.start();
   }
 
   private onLost(): void {

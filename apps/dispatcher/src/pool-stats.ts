@@ -8,6 +8,7 @@ import { encodePoolStats, type KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
+import type { FairShare } from './fair-share.js';
 import type { Holding } from './holding.js';
 import type { InflightLedger } from './ledger.js';
 import { longPromptStats, type PrefillRate } from './prefill-tracker.js';
@@ -26,6 +27,7 @@ export interface PoolStatsDeps {
   metrics: DispatcherMetrics;
   isLeader: () => boolean;
   loadState: () => string;
+  fairShare: FairShare | undefined;
   now: () => number;
   failed: (err: unknown) => void;
 }
@@ -63,6 +65,7 @@ export class PoolStats {
       for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
       if (!this.deps.isLeader()) return;
       await this.deps.holding.prune();
+      await this.deps.fairShare?.refresh();
       this.drainPerSecond = smoothRate(
         this.drainPerSecond,
         this.releasedSinceStats,
@@ -85,6 +88,7 @@ export class PoolStats {
             this.deps.pool.longPrompts.maxInPrefill,
           now: at,
         }),
+        ...(this.deps.fairShare ? { tenants: this.deps.fairShare.view() } : {}),
         engines: engines.map((e) => {
           const decision = gateDecision(e, policy, at);
           return {

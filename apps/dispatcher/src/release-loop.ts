@@ -13,6 +13,7 @@ import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import { ProtocolError, validateJobPayload, type JobPayload } from '@sluice/protocol';
 import type { Job, Worker } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
+import type { FairShare } from './fair-share.js';
 import type { Holding } from './holding.js';
 import type { InflightLedger } from './ledger.js';
 import type { JobRunner } from './job-runner.js';
@@ -27,6 +28,8 @@ export interface ReleaseLoopDeps {
   ledger: InflightLedger;
   runner: JobRunner;
   metrics: DispatcherMetrics;
+  /** The pool's fair share among tenants; absent without tenants. */
+  fairShare?: FairShare;
   /** Whether this dispatcher may take jobs now (it leads and is not closing). */
   mayTake: () => boolean;
   log: { error(o: object, m: string): void };
@@ -94,6 +97,10 @@ export class ReleaseLoop {
         await this.waitForWake();
         continue;
       }
+      // The fair share puts the next tenant's job in front, except while a held job promoted
+      // back waits to be taken: moving others ahead of it every time would starve it.
+      if (this.deps.fairShare && this.deps.holding.held.promoted === undefined)
+        await this.deps.fairShare.prepareNext();
       const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
       let job: Job | undefined;
       try {
@@ -132,9 +139,15 @@ export class ReleaseLoop {
     // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
     // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
     // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
-    if (job.deferredFailure) return void runner.discard(job, token, 'stalled');
+    if (job.deferredFailure) {
+      this.deps.fairShare?.dropped(jobId, payload);
+      return void runner.discard(job, token, 'stalled');
+    }
     const at = now();
-    if (payload.deadline < at) return void runner.expire(job, token, payload);
+    if (payload.deadline < at) {
+      this.deps.fairShare?.dropped(jobId, payload);
+      return void runner.expire(job, token, payload);
+    }
     const promptTokens = payload.promptTokens ?? 0;
     const candidate = {
       id: jobId,
@@ -157,9 +170,13 @@ export class ReleaseLoop {
     payload: JobPayload,
     long: boolean,
   ): void {
-    const { ledger, runner } = this.deps;
+    const { ledger, runner, fairShare } = this.deps;
     const entry = ledger.begin(job, token, engine, payload, long);
-    void runner.run(entry).finally(() => ledger.complete(entry));
+    fairShare?.released(entry.id, payload);
+    void runner.run(entry).finally(() => {
+      ledger.complete(entry);
+      fairShare?.ended(payload);
+    });
   }
 
   /** Why the gate is closed, as the first engine's decision says. */

@@ -20,13 +20,15 @@ export interface SimOptions extends EngineProfile {
   enablePrefixCaching: boolean;
   /** vLLM `--scheduling-policy`. */
   schedulingPolicy: 'fcfs' | 'priority';
+  /** vLLM `--api-key` / `VLLM_API_KEY`: `/v1/*` requests need `Authorization: Bearer <key>`. */
+  apiKey?: string;
 }
 
 export class SimConfigError extends Error {
   readonly code = 'ERR_SIM_CONFIG';
 }
 
-type Kind = 'int' | 'number' | 'bool' | 'negbool' | 'string' | 'profile' | 'policy';
+type Kind = 'int' | 'number' | 'bool' | 'negbool' | 'string' | 'secret' | 'profile' | 'policy';
 
 interface OptionSpec {
   flag: string;
@@ -210,6 +212,14 @@ const specs: OptionSpec[] = [
     kind: 'policy',
     help: 'fcfs or priority (request field `priority`, lower first)',
   },
+  {
+    // vLLM's own flag and variable (vllm/entrypoints/openai/cli_args.py `--api-key`).
+    flag: 'api-key',
+    env: 'VLLM_API_KEY',
+    key: 'apiKey',
+    kind: 'secret',
+    help: '/v1/* requests need Authorization: Bearer <key> (else 401), as vLLM --api-key',
+  },
 ];
 
 const serverDefaults = {
@@ -230,6 +240,12 @@ function convert(spec: OptionSpec, raw: string, source: string): unknown {
   switch (spec.kind) {
     case 'string':
       if (raw.trim() === '') throw bad('a non-empty string');
+      return raw;
+    case 'secret':
+      if (!/^[\x21-\x7e]+$/.test(raw))
+        throw new SimConfigError(
+          `${source}=(hidden, ${raw.length} characters) is invalid: expected visible ASCII characters (no blanks)`,
+        );
       return raw;
     case 'profile':
       if (!(profileNames as string[]).includes(raw)) throw bad(`one of ${profileNames.join(', ')}`);
@@ -324,7 +340,7 @@ export function simHelp(): string {
   const lines = specs.map((s) => {
     const bare = s.kind === 'bool' || s.kind === 'negbool';
     const left = `  --${s.flag}${bare ? '' : ' <value>'}`;
-    return `${left.padEnd(40)} ${s.help} [${s.env}; default ${String(defaults[s.key])}]`;
+    return `${left.padEnd(40)} ${s.help} [${s.env}; default ${String(defaults[s.key] ?? 'unset')}]`;
   });
   return [
     'Usage: sluice engine-sim [flags]',

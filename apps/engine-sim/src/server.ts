@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import type { ServerResponse } from 'node:http';
+import { installApiKey } from './api-key.js';
 import { Engine, type GenerationHandle } from './engine.js';
 import { defaultFaults, patchFaults, ShareCounter, type Faults } from './faults.js';
 import { createMetricsRenderer } from './metrics.js';
@@ -87,6 +88,10 @@ export function createEngineSim(options: SimOptions): EngineSim {
   // Ids of the last requests the engine accepted, so tests can prove nothing ran twice.
   const received: ReceivedRequest[] = [];
   let receivedTotal = 0;
+  // Requests refused for a missing or wrong key (--api-key): they reached no engine.
+  let unauthorizedTotal = 0;
+  if (options.apiKey !== undefined)
+    installApiKey(app, options.apiKey, () => (unauthorizedTotal += 1));
   let faults: Faults = { ...defaultFaults, ready: options.startupDelaySeconds === 0 };
   const startupTimer =
     options.startupDelaySeconds > 0
@@ -248,6 +253,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
     peakRequests: engine.scheduler.peakRequests,
     peakRunning: engine.scheduler.peakRunning,
     receivedTotal,
+    unauthorizedTotal,
     maxNumSeqs: options.maxNumSeqs,
     faults,
   }));

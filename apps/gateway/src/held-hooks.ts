@@ -38,7 +38,10 @@ export function heldHooks(
       metrics.queueWait.observe({ model }, wait);
     },
     onFirstByte: (held) => metrics.ttft.observe({ model }, (now() - held.receivedAt) / 1000),
-    onRefused: (_held, r) => metrics.rejected.inc({ model, reason: r.reason }),
+    onRefused: (_held, r) => {
+      metrics.rejected.inc({ model, reason: r.reason });
+      if (tenant !== undefined) metrics.tenantRejected.inc({ tenant, reason: r.reason });
+    },
     onDone: (held, wasQueued) => {
       if (wasQueued) metrics.parked.dec({ model });
       metrics.holding.dec();

@@ -14,12 +14,14 @@ import {
 import { keySpace } from '@sluice/protocol';
 import { createRedis, describeTopology, isCluster, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
+import { installAuth } from './auth.js';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
 import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
 import { UNKNOWN_MODEL } from './labels.js';
+import { startMetricsServer, type MetricsServer } from './metrics-server.js';
 import { Passthrough } from './passthrough.js';
 import { PoolQueue } from './pool-queue.js';
 import { RedisProbe } from './redis-probe.js';
@@ -112,7 +114,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     loaded.replica.ttlMs,
     (err) => log.warn({ err }, 'replica heartbeat failed'),
   );
-  const passthrough = new Passthrough();
+  const passthrough = new Passthrough(loaded.tenants !== undefined);
 
   const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
     countsReceivers: !isCluster(redis),
@@ -129,10 +131,13 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
 
   function refuse(reply: FastifyReply, model: string, r: Refusal) {
     metrics.rejected.inc({ model, reason: r.reason });
+    const tenant = reply.request.tenant;
+    if (tenant) metrics.tenantRejected.inc({ tenant: tenant.name, reason: r.reason });
     return reply.code(r.status).headers(refusalHeaders(r)).send(refusalBody(r));
   }
 
   acceptRawJson(app);
+  installAuth(app, loaded.tenants, (reply, r) => refuse(reply, UNKNOWN_MODEL, r));
   installErrorHandlers(app, {
     maxBodyBytes: limits.maxBodyBytes,
     requestTimeoutSeconds: limits.requestTimeoutSeconds,
@@ -159,7 +164,6 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     metrics,
     now,
     heldHooks: (pool, model, tenant) => heldHooks(hooksDeps, pool, model, tenant),
-    tenants: new Map((loaded.tenants ?? []).map((t) => [t.name, t])),
     admit: (kind) => held.admit(kind),
     refuse,
   });
@@ -170,6 +174,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     pools,
     registry,
     draining: () => held.draining,
+    serveMetrics: loaded.http.gatewayMetricsPort === undefined,
   });
 
   let url: string | undefined;
@@ -210,17 +215,31 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       },
     );
 
+  let metricsServer: MetricsServer | undefined;
   try {
     url = await app.listen({ host: loaded.http.host, port: loaded.http.port });
+    const { gatewayMetricsPort } = loaded.http;
+    if (gatewayMetricsPort !== undefined)
+      metricsServer = await startMetricsServer(registry, loaded.http.host, gatewayMetricsPort);
   } catch (err) {
     // Nothing else may keep the process alive once start-up has failed.
     closing = true;
     discovery.abort();
     replies.stop();
+    await app.close();
     for (const conn of [redis, bull, subscriber]) conn.disconnect();
     throw err;
   }
-  log.info({ replica: replicaId, url, redis: describeTopology(loaded.redis) }, 'gateway listening');
+  log.info(
+    {
+      replica: replicaId,
+      url,
+      ...(metricsServer ? { metricsUrl: metricsServer.url } : {}),
+      redis: describeTopology(loaded.redis),
+      tenants: loaded.tenants?.map((t) => t.name) ?? null,
+    },
+    'gateway listening',
+  );
   announce();
 
   return {
@@ -241,6 +260,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       await app.close();
       clearTimeout(force);
       await passthrough.close();
+      await metricsServer?.close();
       await Promise.all([...pools.values()].map((p) => p.close()));
       await Promise.all([redis, bull, subscriber].map(closeRedis));
     },

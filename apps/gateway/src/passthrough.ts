@@ -1,5 +1,10 @@
 // Ungated backends (embeddings, Ollama, anything not observed): proxied straight through
 // with undici, the response streamed unbuffered.
+//
+// The backend's Authorization is its own `apiKey` when the file gives one. Without one, the
+// client's header is forwarded only when no tenants are configured (as before tenants
+// existed: the client's key was meant for the backend); with tenants the client's key is a
+// Sluice key, which no backend may see, so the backend gets none.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { Agent, request } from 'undici';
@@ -15,25 +20,46 @@ const hopByHop = new Set([
   'trailer',
 ]);
 
+/** Where a pass-through request goes: the backend's origin and its own key, if any. */
+export interface PassthroughTarget {
+  readonly url: string;
+  readonly apiKey?: string;
+}
+
+/** The Authorization header the backend gets, if any (see the top of this file). */
+export function backendAuthorization(
+  target: PassthroughTarget,
+  clientAuthorization: string | undefined,
+  tenants: boolean,
+): string | undefined {
+  if (target.apiKey !== undefined) return `Bearer ${target.apiKey}`;
+  return tenants ? undefined : clientAuthorization;
+}
+
 export class Passthrough {
   private readonly agent = new Agent({ headersTimeout: 900_000, bodyTimeout: 300_000 });
 
+  /** `tenants`: whether client keys are Sluice's own (then never forwarded). */
+  constructor(private readonly tenants: boolean) {}
+
   async forward(
-    baseUrl: string,
+    target: PassthroughTarget,
     path: string,
     headers: IncomingHttpHeaders,
     body: Buffer,
     res: ServerResponse,
   ): Promise<void> {
+    const baseUrl = target.url;
     const controller = new AbortController();
     res.once('close', () => controller.abort());
+    const authorization = backendAuthorization(target, headers.authorization, this.tenants);
     try {
       const upstream = await request(new URL(path, baseUrl), {
         method: 'POST',
         dispatcher: this.agent,
         headers: {
           'content-type': 'application/json',
-          ...(headers.authorization ? { authorization: headers.authorization } : {}),
+          ...(authorization ? { authorization } : {}),
         },
         body,
         signal: controller.signal,

@@ -56,3 +56,9 @@ export {
   type Verdict,
   type WaitReason,
 } from './release-order.js';
+export {
+  fairShareBound,
+  VirtualTokenCounter,
+  type FairShareOptions,
+  type FairShareState,
+} from './fair-share.js';

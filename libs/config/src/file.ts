@@ -1,5 +1,5 @@
-// The optional YAML file (SLUICE_CONFIG): pools, engines, pass-through models and degradation
-// (its blocks are read in degradation.ts). Validated strictly: an unknown key is an error,
+// The optional YAML file (SLUICE_CONFIG): pools, engines, pass-through models, degradation
+// (its blocks are read in degradation.ts) and tenants (tenants.ts). Validated strictly: an unknown key is an error,
 // because a typo in a file is a bug, not a choice.
 import { parseDocument } from 'yaml';
 import {
@@ -10,6 +10,7 @@ import {
 } from './degradation.js';
 import { ConfigError, hidden, show } from './errors.js';
 import { engineNameFromUrl, matching, oneOf, type Rule } from './rules.js';
+import { readTenants } from './tenants.js';
 import type {
   DegradationConfig,
   EngineConfig,
@@ -17,6 +18,7 @@ import type {
   LongPromptConfig,
   PassthroughConfig,
   PoolConfig,
+  TenantConfig,
 } from './types.js';
 import { shared } from './variables.js';
 
@@ -32,16 +34,20 @@ export interface FileDefaults {
   gpuSource: GpuSource;
   /** The ADMISSION_LONG_* variables; a pool's `longPrompts` block overrides them key by key. */
   longPrompts: LongPromptConfig;
+  /** SLUICE_MAX_PRIORITY: no tenant's `maxPriority` may exceed it. */
+  maxPriority: number;
 }
 
 export interface FileContents {
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
+  /** Absent when the file has no `tenants` key. */
+  tenants?: TenantConfig[];
   /** Whether some engine took its cap from `FileDefaults` rather than from the file. */
   usedDefaultCap: boolean;
 }
 
-const TOP_KEYS = ['pools', 'passthrough', 'degradation'] as const;
+const TOP_KEYS = ['pools', 'passthrough', 'degradation', 'tenants'] as const;
 const POOL_KEYS = [
   'name',
   'models',
@@ -66,7 +72,7 @@ const bool: Rule<boolean> = {
   fromText: (raw) => (raw === 'true' ? true : raw === 'false' ? false : undefined),
   fromValue: (raw) => (typeof raw === 'boolean' ? raw : undefined),
 };
-const PASSTHROUGH_KEYS = ['model', 'url'] as const;
+const PASSTHROUGH_KEYS = ['model', 'url', 'apiKey'] as const;
 
 const poolName = matching(/^[a-z0-9-]{1,63}$/, "1 to 63 lower-case letters, digits or '-'");
 const engineName = matching(
@@ -303,8 +309,10 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const model = check.required(entry, 'model', path, shared.modelName);
     claimModel(model, `${path}.model`);
     const url = check.required(entry, 'url', path, shared.engineUrl);
-    return { model, url };
+    const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey, true);
+    return { model, url, ...(apiKey === undefined ? {} : { apiKey }) };
   });
 
-  return { pools, passthrough, usedDefaultCap };
+  const tenants = readTenants(check, root, defaults.maxPriority);
+  return { pools, passthrough, usedDefaultCap, ...(tenants === undefined ? {} : { tenants }) };
 }

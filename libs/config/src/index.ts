@@ -3,6 +3,7 @@ export { describeVariables } from './variables.js';
 export { ConfigError } from './errors.js';
 export { maskCredentials } from './rules.js';
 export { defaultDegradation } from './degradation.js';
+export { keyDigest } from './tenants.js';
 export {
   createRouter,
   passthroughForModel,

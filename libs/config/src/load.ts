@@ -37,6 +37,24 @@ function checkRelay(vars: EnvValues): { livenessMs: number; silenceTimeoutMs: nu
   );
 }
 
+/** GATEWAY_METRICS_PORT must not be the API port it is meant to be separate from (0: both pick one). */
+function httpConfig(vars: EnvValues): SluiceConfig['http'] {
+  const port = vars.must('PORT');
+  const gatewayMetricsPort = vars.get('GATEWAY_METRICS_PORT');
+  if (gatewayMetricsPort !== undefined && gatewayMetricsPort !== 0 && gatewayMetricsPort === port)
+    throw invalid(
+      'GATEWAY_METRICS_PORT',
+      vars.shown('GATEWAY_METRICS_PORT'),
+      `a port other than PORT (${port})`,
+    );
+  return {
+    host: vars.must('HOST'),
+    port,
+    metricsPort: vars.must('METRICS_PORT'),
+    ...(gatewayMetricsPort === undefined ? {} : { gatewayMetricsPort }),
+  };
+}
+
 function defaultCap(vars: EnvValues): { cap: number; source: MaxInflightSource } {
   const explicit = vars.get('ADMISSION_MAX_INFLIGHT');
   if (explicit !== undefined) return { cap: explicit, source: 'ADMISSION_MAX_INFLIGHT' };
@@ -99,6 +117,7 @@ export function loadConfig(
 
   let pools: PoolConfig[] = [];
   let passthrough: SluiceConfig['passthrough'] = [];
+  let tenants: SluiceConfig['tenants'];
   let maxInflightSource: MaxInflightSource = envSource;
   if (file !== undefined) {
     const contents = readPoolFile(file, readFileText(file, readFile), {
@@ -109,6 +128,7 @@ export function loadConfig(
       degradation,
       gpuSource,
       longPrompts,
+      maxPriority: vars.must('SLUICE_MAX_PRIORITY'),
     });
     // SLUICE_DEGRADATION=off switches degradation off everywhere, whatever the file says.
     pools = degradationOff
@@ -118,6 +138,7 @@ export function loadConfig(
         }))
       : contents.pools;
     passthrough = contents.passthrough;
+    tenants = contents.tenants;
     const anyEngine = pools.some((pool) => pool.engines.length > 0);
     if (anyEngine && !contents.usedDefaultCap) maxInflightSource = 'config';
   } else if (vllmUrl !== undefined) {
@@ -147,13 +168,10 @@ export function loadConfig(
   const dispatcherId = vars.get('SLUICE_DISPATCHER_ID');
   return {
     redis: redisConfig(vars),
-    http: {
-      host: vars.must('HOST'),
-      port: vars.must('PORT'),
-      metricsPort: vars.must('METRICS_PORT'),
-    },
+    http: httpConfig(vars),
     pools,
     passthrough,
+    ...(tenants === undefined ? {} : { tenants }),
     maxInflightSource,
     admission: {
       kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),

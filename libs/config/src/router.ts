@@ -6,7 +6,12 @@ import type { PassthroughConfig, PoolConfig, SluiceConfig } from './types.js';
 
 export type Route =
   | { readonly kind: 'pool'; readonly pool: PoolConfig }
-  | { readonly kind: 'passthrough'; readonly url: string };
+  | {
+      readonly kind: 'passthrough';
+      readonly url: string;
+      /** The backend's own bearer token (the client's is never forwarded when this is set). */
+      readonly apiKey?: string;
+    };
 
 export interface Router {
   /** Exact, case-sensitive match on the model name (vLLM's served model names are). */
@@ -35,8 +40,12 @@ export function createRouter(config: SluiceConfig): Router {
     const route: Route = { kind: 'pool', pool };
     pool.models.forEach((model, m) => add(model, route, `pools[${p}].models[${m}]`));
   });
-  config.passthrough.forEach((entry, i) =>
-    add(entry.model, { kind: 'passthrough', url: entry.url }, `passthrough[${i}].model`),
+  config.passthrough.forEach(({ model, url, apiKey }, i) =>
+    add(
+      model,
+      { kind: 'passthrough', url, ...(apiKey === undefined ? {} : { apiKey }) },
+      `passthrough[${i}].model`,
+    ),
   );
   return { route: (model) => routes.get(model) };
 }

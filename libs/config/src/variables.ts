@@ -129,6 +129,10 @@ export const VARIABLES = {
     fallback: 9464,
     help: "dispatcher's /metrics and health port (0 picks a free one)",
   }),
+  GATEWAY_METRICS_PORT: v(integer(0, 65535), {
+    defaultText: 'unset',
+    help: 'the gateway serves /metrics on this port (same HOST) instead of PORT, so only the API port faces clients; must differ from PORT (0 picks a free one)',
+  }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',
     help: 'origin of one engine, for the single-pool case (a pool named default)',

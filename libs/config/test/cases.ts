@@ -19,6 +19,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   HOST: (c) => c.http.host,
   PORT: (c) => c.http.port,
   METRICS_PORT: (c) => c.http.metricsPort,
+  GATEWAY_METRICS_PORT: (c) => c.http.gatewayMetricsPort,
   VLLM_URL: (c) => c.pools[0]?.engines[0]?.url,
   VLLM_MODEL: (c) => c.pools[0]?.models,
   VLLM_API_KEY: (c) => c.pools[0]?.engines[0]?.apiKey,
@@ -90,6 +91,7 @@ export const bad: Record<VariableName, string[]> = {
   HOST: ['a b', '[::1]', 'host/x', ' 0.0.0.0'],
   PORT: ['-1', '65536', '80.5', 'abc', '0x50', '1e3', ' 80', '80 ', '+-1'],
   METRICS_PORT: ['-1', '65536', '9464.0', 'metrics'],
+  GATEWAY_METRICS_PORT: ['-1', '65536', '9465.0', 'metrics'],
   VLLM_URL: [
     'ftp://vllm:8000',
     'vllm:8000',
@@ -207,6 +209,11 @@ export const good: Record<
     ['0080', 80],
   ],
   METRICS_PORT: [['9000', 9000]],
+  GATEWAY_METRICS_PORT: [
+    ['9465', 9465],
+    ['0', 0],
+    ['8081', 8081, { PORT: '8080' }],
+  ],
   VLLM_URL: [
     ['http://vllm-0:8000', 'http://vllm-0:8000'],
     ['HTTPS://VLLM.example/', 'https://vllm.example'],

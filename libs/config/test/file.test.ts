@@ -139,7 +139,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo at the top level',
       'pool: []\n',
       'pool',
-      '/etc/sluice.yaml: pool is not a known key: expected one of pools, passthrough, degradation',
+      '/etc/sluice.yaml: pool is not a known key: expected one of pools, passthrough, degradation, tenants',
     ],
     [
       'a fractional cap',
@@ -229,7 +229,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'an empty file',
       '',
       '(document)',
-      '/etc/sluice.yaml: (document)=null is invalid: expected a mapping with keys pools, passthrough, degradation',
+      '/etc/sluice.yaml: (document)=null is invalid: expected a mapping with keys pools, passthrough, degradation, tenants',
     ],
     [
       'a pass-through entry without url',
@@ -241,7 +241,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo in a pass-through entry',
       'passthrough:\n  - model: e\n    uri: http://x\n',
       'passthrough[0].uri',
-      '/etc/sluice.yaml: passthrough[0].uri is not a known key: expected one of model, url',
+      '/etc/sluice.yaml: passthrough[0].uri is not a known key: expected one of model, url, apiKey',
     ],
   ])('%s', (_what, yaml, variable, message) => {
     const error = fileError(yaml);

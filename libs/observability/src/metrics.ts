@@ -27,6 +27,12 @@ export function gatewayMetrics(registry: Registry) {
       labelNames: ['model', 'reason'],
       registers,
     }),
+    tenantRejected: new Counter({
+      name: 'sluice_tenant_rejected_total',
+      help: 'Requests of a configured tenant refused or ended by Sluice, by reason (a request without a valid key has no tenant: sluice_rejected_total counts it).',
+      labelNames: ['tenant', 'reason'],
+      registers,
+    }),
     parked: new Gauge({
       name: 'sluice_parked_requests',
       help: 'Clients held by this replica while their job waits in the queue.',
@@ -110,6 +116,36 @@ export function dispatcherMetrics(registry: Registry) {
       name: 'sluice_released_total',
       help: 'Jobs released to an engine.',
       labelNames: ['pool', 'engine'],
+      registers,
+    }),
+    tenantQueued: new Gauge({
+      name: 'sluice_tenant_queued',
+      help: "A tenant's queued (not yet released) requests in the pool, held ones included; the leader's reading.",
+      labelNames: ['pool', 'tenant'],
+      registers,
+    }),
+    tenantInflight: new Gauge({
+      name: 'sluice_tenant_inflight',
+      help: "A tenant's requests this dispatcher runs on the pool's engines.",
+      labelNames: ['pool', 'tenant'],
+      registers,
+    }),
+    tenantReleased: new Counter({
+      name: 'sluice_tenant_released_total',
+      help: "A tenant's requests released to an engine.",
+      labelNames: ['pool', 'tenant'],
+      registers,
+    }),
+    tenantTokens: new Counter({
+      name: 'sluice_tenant_tokens_total',
+      help: "Tokens served to a tenant: input (the gateway's prompt estimate, at release) and output (as they streamed, or the engine's usage).",
+      labelNames: ['pool', 'tenant', 'kind'],
+      registers,
+    }),
+    tenantVirtualTokens: new Gauge({
+      name: 'sluice_tenant_virtual_tokens',
+      help: "A tenant's fair-share counter (weighted service, VTC): the tenant with work and the least goes next.",
+      labelNames: ['pool', 'tenant'],
       registers,
     }),
     completed: new Counter({

@@ -30,6 +30,7 @@ export {
   type EngineStats,
   type LongPromptStats,
   type PoolStats,
+  type TenantStats,
 } from './stats.js';
 export {
   isRejectReason,

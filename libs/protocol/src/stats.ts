@@ -15,6 +15,18 @@ export interface PoolStats {
   queue?: { wait: number; prioritized: number; active: number; delayed?: number };
   /** Long prompts (prefill-aware admission), for the gateways' estimate of a long prompt's wait. */
   longs?: LongPromptStats;
+  /** Per configured tenant (absent without tenants), for `sluice status`. */
+  tenants?: Record<string, TenantStats>;
+}
+
+export interface TenantStats {
+  /** Queued (not yet released) in the pool, held ones included. */
+  queued: number;
+  /** Running on the pool's engines. */
+  inflight: number;
+  weight: number;
+  /** Weighted service so far (the fair-share counter, in virtual tokens). */
+  virtualTokens: number;
 }
 
 export interface LongPromptStats {

@@ -11,6 +11,7 @@ import {
   type QueueLevel,
 } from '@sluice/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { priorityCap } from '../auth.js';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
 import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
 import type { Passthrough } from '../passthrough.js';
@@ -32,8 +33,6 @@ export interface CompletionRoutesOptions {
   metrics: GatewayMetrics;
   now(): number;
   heldHooks(pool: PoolQueue, model: string, tenant?: string): HeldRequestHooks;
-  /** Configured tenants by name (empty without tenants): each one's queue bound. */
-  tenants: ReadonlyMap<string, QueuedTenant>;
   /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
   admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
   refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
@@ -100,7 +99,7 @@ export async function completionRoutes(
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
-        return passthrough.forward(route.url, path, request.headers, body, reply.raw);
+        return passthrough.forward(route, path, request.headers, body, reply.raw);
       }
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
@@ -131,8 +130,12 @@ export async function completionRoutes(
         replica: replicaId,
         enqueuedAt: now(),
         deadline: now() + route.pool.maxParkSeconds * 1000,
-        priority: priorityOf(request.headers[limits.priorityHeader], limits.maxPriority),
+        priority: priorityOf(
+          request.headers[limits.priorityHeader],
+          priorityCap(request.tenant, limits.maxPriority),
+        ),
       };
+      if (request.tenant) payload.tenant = request.tenant.name;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
       const promptTokens = estimatePromptTokens(body, peeked);
@@ -186,7 +189,7 @@ export async function completionRoutes(
             : isAged(payload.enqueuedAt, longPrompts, payload.enqueuedAt)
               ? 'aged'
               : 'long';
-        const tenant = payload.tenant === undefined ? undefined : opts.tenants.get(payload.tenant);
+        const tenant = request.tenant ?? undefined;
         const refused = await addWithin(pool, jobId, payload, level, tenant, ENQUEUE_TIMEOUT_MS);
         markStage('gateway.enqueued');
         held.added = refused === undefined;
@@ -273,7 +276,7 @@ function queueRefusal(
 }
 
 /** Priority from the configured header, clamped to 0..max; absent or unreadable = 0. */
-function priorityOf(header: string | string[] | undefined, max: number): number {
+export function priorityOf(header: string | string[] | undefined, max: number): number {
   const value = Number(Array.isArray(header) ? header[0] : header);
   if (!Number.isFinite(value)) return 0;
   return Math.min(max, Math.max(0, Math.trunc(value)));

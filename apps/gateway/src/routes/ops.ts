@@ -14,6 +14,8 @@ export interface OpsRoutesOptions {
   registry: Registry;
   /** True once the replica is shutting down: it must leave the load balancer at once. */
   draining(): boolean;
+  /** False when GATEWAY_METRICS_PORT serves `/metrics` instead (then 404 here). */
+  serveMetrics: boolean;
 }
 
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
@@ -46,7 +48,8 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
       .code(ready ? 200 : 503)
       .send({ redis, leaders: Object.fromEntries(leaders), models });
   });
-  app.get('/metrics', async (_request, reply) =>
-    reply.type(registry.contentType).send(await registry.metrics()),
-  );
+  if (opts.serveMetrics)
+    app.get('/metrics', async (_request, reply) =>
+      reply.type(registry.contentType).send(await registry.metrics()),
+    );
 }

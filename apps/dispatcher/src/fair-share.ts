@@ -1,0 +1,199 @@
+// The fair share of one pool among its tenants, as the leader runs it: before each take, the
+// tenant with waiting work and the least weighted service (`@sluice/admission`'s Virtual
+// Token Counter) has its next job moved to the front of the queue; input tokens are charged
+// at release, output tokens as they stream. The counters live in this process and are
+// written to Redis (keys.fairShare) every second and at a handover, with who was waiting,
+// so the next leader goes on from them (docs/broker.md, "Tenants and fair share").
+import { VirtualTokenCounter, type FairShareState } from '@sluice/admission';
+import type { TenantConfig } from '@sluice/config';
+import type { DispatcherMetrics } from '@sluice/observability';
+import type { JobPayload, KeySpace } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { Queue } from 'bullmq';
+import { TenantQueues, type TenantQueue } from './tenant-queues.js';
+
+// Beside the counters in the same hash: who was waiting at the last pick, and who was picked,
+// so the next leader lifts nobody who was waiting all along. Tenant names cannot contain ':'.
+const ACTIVE_FIELD = ':active';
+const LAST_FIELD = ':last';
+
+export interface FairShareDeps {
+  pool: string;
+  tenants: readonly TenantConfig[];
+  keys: KeySpace;
+  /** Command connection. */
+  redis: Redis;
+  queue: Queue;
+  metrics: DispatcherMetrics;
+  log: { warn(o: object, m: string): void };
+}
+
+/** A tenant as `sluice status` shows it. */
+export interface TenantView {
+  queued: number;
+  inflight: number;
+  weight: number;
+  /** Weighted service so far (the fair-share counter). */
+  virtualTokens: number;
+}
+
+export class FairShare {
+  private readonly queues: TenantQueues;
+  private readonly weights: ReadonlyMap<string, number>;
+  private counter: VirtualTokenCounter;
+  private readonly inflight = new Map<string, number>();
+  private queued = new Map<string, number>();
+  private dirty = false;
+
+  constructor(private readonly deps: FairShareDeps) {
+    const names = deps.tenants.map((t) => t.name);
+    this.weights = new Map(deps.tenants.map((t) => [t.name, t.weight]));
+    this.counter = new VirtualTokenCounter({ weights: this.weights });
+    this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.queue);
+  }
+
+  /** Takes over the counters the previous leader wrote; keeps its own when Redis cannot say. */
+  async load(): Promise<void> {
+    const { redis, keys, pool, log } = this.deps;
+    try {
+      const stored = await redis.hgetall(keys.fairShare(pool));
+      const counters: Record<string, number> = {};
+      for (const [tenant, value] of Object.entries(stored)) {
+        const n = Number(value);
+        // Only configured tenants, and only numbers: a stale or foreign field is ignored.
+        if (this.weights.has(tenant) && Number.isFinite(n) && n >= 0) counters[tenant] = n;
+      }
+      this.counter = new VirtualTokenCounter(
+        { weights: this.weights },
+        counters,
+        this.readState(stored),
+      );
+      this.setCounterMetrics();
+    } catch (err) {
+      log.warn({ pool, err: (err as Error).message }, 'reading fair-share counters failed');
+    }
+  }
+
+  /** Writes the counters when they changed since the last write; never rejects. */
+  async flush(): Promise<void> {
+    if (!this.dirty) return;
+    this.dirty = false;
+    const { redis, keys, pool } = this.deps;
+    const snapshot = this.counter.snapshot();
+    if (Object.keys(snapshot).length === 0) return;
+    const { active, lastServed } = this.counter.state();
+    const fields = {
+      ...snapshot,
+      [ACTIVE_FIELD]: active.join(','),
+      [LAST_FIELD]: lastServed ?? '',
+    };
+    await redis.hset(keys.fairShare(pool), fields).catch(() => {
+      this.dirty = true;
+    });
+    this.setCounterMetrics();
+  }
+
+  /**
+   * Puts the next job of the tenant the fair share picks at the front of the queue, when
+   * that is not the job BullMQ would take anyway. Failures leave the queue's own order.
+   */
+  async prepareNext(): Promise<void> {
+    let reading;
+    try {
+      reading = await this.queues.read();
+    } catch {
+      return;
+    }
+    this.setQueued(reading.tenants);
+    const waiting = reading.tenants.filter((t) => t.head !== undefined);
+    const chosen = this.counter.pick(waiting.map((t) => t.tenant));
+    const head = waiting.find((t) => t.tenant === chosen)?.head;
+    if (head === undefined || head === reading.next) return;
+    // Gone meanwhile (its client left): the take gets the queue's own next job.
+    await this.queues.moveToFront(head).catch(() => {});
+  }
+
+  /** A job of `payload.tenant` was released: its input is charged, it left the queue. */
+  released(jobId: string, payload: JobPayload): void {
+    const tenant = payload.tenant;
+    if (tenant === undefined || !this.weights.has(tenant)) return;
+    this.queues.remove(tenant, jobId);
+    const input = payload.promptTokens ?? 0;
+    this.counter.chargeInput(tenant, input);
+    this.dirty = true;
+    const labels = { pool: this.deps.pool, tenant };
+    this.deps.metrics.tenantReleased.inc(labels);
+    this.deps.metrics.tenantTokens.inc({ ...labels, kind: 'input' }, input);
+    this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
+    this.deps.metrics.tenantInflight.set(labels, this.inflight.get(tenant)!);
+  }
+
+  /** The run of a released job ended. */
+  ended(payload: JobPayload): void {
+    const tenant = payload.tenant;
+    if (tenant === undefined || !this.inflight.has(tenant)) return;
+    const n = Math.max(0, this.inflight.get(tenant)! - 1);
+    this.inflight.set(tenant, n);
+    this.deps.metrics.tenantInflight.set({ pool: this.deps.pool, tenant }, n);
+  }
+
+  /** A job left the queue without running (expired, stalled, cancelled). */
+  dropped(jobId: string, payload: JobPayload): void {
+    if (payload.tenant !== undefined) this.queues.remove(payload.tenant, jobId);
+  }
+
+  /** Output tokens of a running job of `tenant`, as they stream. */
+  output(tenant: string | undefined, tokens: number): void {
+    if (tenant === undefined || tokens <= 0 || !this.weights.has(tenant)) return;
+    this.counter.chargeOutput(tenant, tokens);
+    this.dirty = true;
+    this.deps.metrics.tenantTokens.inc({ pool: this.deps.pool, tenant, kind: 'output' }, tokens);
+  }
+
+  /** Every configured tenant: queued at the last reading, in flight, weight and counter. */
+  view(): Record<string, TenantView> {
+    const out: Record<string, TenantView> = {};
+    for (const [tenant, weight] of this.weights)
+      out[tenant] = {
+        queued: this.queued.get(tenant) ?? 0,
+        inflight: this.inflight.get(tenant) ?? 0,
+        weight,
+        virtualTokens: this.counter.counter(tenant),
+      };
+    return out;
+  }
+
+  /** A reading of the tenants' queues for the metrics and the view, when no take asked for one. */
+  async refresh(): Promise<void> {
+    try {
+      this.setQueued((await this.queues.read()).tenants);
+    } catch {
+      // The next take or tick reads again.
+    }
+  }
+
+  /** The pick's memory as the last leader wrote it; undefined when absent (an older leader). */
+  private readState(stored: Record<string, string>): FairShareState | undefined {
+    const active = stored[ACTIVE_FIELD];
+    if (active === undefined) return undefined;
+    const last = stored[LAST_FIELD];
+    return {
+      active: active.split(',').filter((t) => this.weights.has(t)),
+      ...(last && this.weights.has(last) ? { lastServed: last } : {}),
+    };
+  }
+
+  private setQueued(tenants: readonly TenantQueue[]): void {
+    this.queued = new Map(tenants.map((t) => [t.tenant, t.queued]));
+    for (const t of tenants)
+      this.deps.metrics.tenantQueued.set({ pool: this.deps.pool, tenant: t.tenant }, t.queued);
+  }
+
+  private setCounterMetrics(): void {
+    for (const tenant of this.weights.keys())
+      this.deps.metrics.tenantVirtualTokens.set(
+        { pool: this.deps.pool, tenant },
+        this.counter.counter(tenant),
+      );
+  }
+}

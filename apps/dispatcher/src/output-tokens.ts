@@ -1,0 +1,56 @@
+// Output tokens of one engine response, counted from the bytes the dispatcher relays anyway,
+// for the fair share's charge as they stream and the tenant token counters.
+//
+// A stream is charged one token per SSE `data:` event as it passes: vLLM's streaming loop
+// yields one chunk per engine step and request (vllm/entrypoints/openai/serving_chat.py,
+// `chat_completion_stream_generator`), and a step adds one token unless speculative decoding
+// adds more. At the end, the engine's own `usage.completion_tokens` (every non-streamed answer;
+// a stream whose client asked for `stream_options.include_usage`) replaces the count: it
+// sits in the response's last bytes (`usage` comes after `choices` in vLLM's response models,
+// vllm/entrypoints/openai/protocol.py), so only those are searched, never the whole body.
+const DATA = Buffer.from('data:');
+const DONE = Buffer.from('[DONE]');
+/** The last bytes searched for `usage`: it and the few fields after it fit with room to spare. */
+const TAIL_BYTES = 1024;
+const USAGE = /"completion_tokens"\s*:\s*(\d+)/g;
+
+export class OutputTokens {
+  /** Tokens counted (and charged) so far. */
+  counted = 0;
+  private last: Buffer | undefined;
+  private beforeLast: Buffer | undefined;
+
+  constructor(private readonly stream: boolean) {}
+
+  /** Tokens this chunk of the body adds: its `data:` events for a stream, none otherwise. */
+  chunk(chunk: Buffer): number {
+    this.beforeLast = this.last;
+    this.last = chunk;
+    if (!this.stream) return 0;
+    let n = 0;
+    for (let at = chunk.indexOf(DATA); at !== -1; at = chunk.indexOf(DATA, at + DATA.length))
+      n += 1;
+    if (n > 0 && chunk.includes(DONE)) n -= 1;
+    this.counted += n;
+    return n;
+  }
+
+  /**
+   * At the end of the body: the tokens the engine's `usage` reports beyond those counted, or
+   * 0 when it reports none (or fewer: a charge is never taken back).
+   */
+  end(): number {
+    if (this.last === undefined) return 0;
+    const tail =
+      this.beforeLast !== undefined && this.last.length < TAIL_BYTES
+        ? Buffer.concat([this.beforeLast, this.last])
+        : this.last;
+    const text = tail.subarray(Math.max(0, tail.length - TAIL_BYTES)).toString('latin1');
+    let reported: number | undefined;
+    for (const match of text.matchAll(USAGE)) reported = Number(match[1]);
+    if (reported === undefined || reported <= this.counted) return 0;
+    const more = reported - this.counted;
+    this.counted = reported;
+    return more;
+  }
+}

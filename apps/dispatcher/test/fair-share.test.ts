@@ -1,0 +1,122 @@
+// The leader's fair share against a real redis-server and BullMQ: the take after
+// `prepareNext` is the job of the tenant with the least weighted service, and the counters
+// a leader wrote are where the next leader goes on from.
+import type { TenantConfig } from '@sluice/config';
+import { dispatcherMetrics, Registry } from '@sluice/observability';
+import { keySpace, type JobPayload } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
+import type { Queue, Worker } from 'bullmq';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
+import { FairShare } from '../src/fair-share.ts';
+
+let fixture: QueueFixture;
+let redis: Redis;
+let queue: Queue;
+let worker: Worker;
+const keys = keySpace('fair-test');
+const tenants: TenantConfig[] = [
+  { name: 'alpha', keySha256: ['a'.repeat(64)], weight: 1, maxPriority: 0 },
+  { name: 'beta', keySha256: ['b'.repeat(64)], weight: 1, maxPriority: 0 },
+];
+const silent = { warn: () => {} };
+
+beforeAll(async () => {
+  fixture = await startQueueFixture('fair-test');
+  ({ redis, queue, worker } = fixture);
+});
+beforeEach(() => redis.flushall());
+afterAll(() => fixture.close());
+
+const fairShare = () =>
+  new FairShare({
+    pool: 'p',
+    tenants,
+    keys,
+    redis,
+    queue,
+    metrics: dispatcherMetrics(new Registry()),
+    log: silent,
+  });
+
+const payload = (tenant: string): JobPayload => ({
+  v: 1,
+  body: '{}',
+  path: '/v1/chat/completions',
+  stream: true,
+  replica: 'gw',
+  enqueuedAt: 0,
+  deadline: 1,
+  priority: 0,
+  promptTokens: 100,
+  tenant,
+});
+
+async function add(tenant: string, id: string): Promise<void> {
+  await queue.add('completion', payload(tenant), { jobId: id, priority: 1 });
+  await redis.zadd(keys.tenantQueued('p', tenant), 1, id);
+}
+
+/** Prepares and takes the next job as the release loop does, then releases it. */
+async function releaseNext(fair: FairShare, n: number): Promise<string> {
+  await fair.prepareNext();
+  const job = await worker.getNextJob(`tok${n}`, { block: false });
+  expect(job).toBeDefined();
+  fair.released(job!.id!, job!.data as JobPayload);
+  return `${(job!.data as JobPayload).tenant}:${job!.id}`;
+}
+
+describe('fair share (leader side)', () => {
+  it("releases a late tenant's jobs among the first one's backlog, not after it", async () => {
+    for (let i = 0; i < 6; i += 1) await add('alpha', `a${i}`);
+    const fair = fairShare();
+    await fair.load();
+    const order = [await releaseNext(fair, 0), await releaseNext(fair, 1)];
+    for (let i = 0; i < 2; i += 1) await add('beta', `b${i}`);
+    for (let i = 2; i < 8; i += 1) order.push(await releaseNext(fair, i));
+    // First come, first served would be a0..a5 then b0, b1. Beta starts at alpha's counter
+    // (idle time is not banked), and a tie goes to the tenant configured first.
+    expect(order).toEqual([
+      'alpha:a0',
+      'alpha:a1',
+      'alpha:a2',
+      'beta:b0',
+      'alpha:a3',
+      'beta:b1',
+      'alpha:a4',
+      'alpha:a5',
+    ]);
+    expect(await redis.zcard(keys.tenantQueued('p', 'alpha'))).toBe(0);
+    expect(await redis.zcard(keys.tenantQueued('p', 'beta'))).toBe(0);
+  });
+
+  it('charges output as it streams, and hands its counters to the next leader', async () => {
+    const fair = fairShare();
+    await fair.load();
+    await add('alpha', 'a0');
+    await add('beta', 'b0');
+    expect(await releaseNext(fair, 0)).toBe('alpha:a0');
+    fair.output('alpha', 50);
+    await fair.flush();
+    const stored = await redis.hgetall(keys.fairShare('p'));
+    const next = fairShare();
+    await next.load();
+    expect(next.view()['alpha']!.virtualTokens).toBe(fair.view()['alpha']!.virtualTokens);
+    expect(Number(stored['alpha'])).toBe(fair.view()['alpha']!.virtualTokens);
+    // Output weighs twice input (VTC's w_q = 2 w_p): 100 in + 50 out = 200.
+    expect(fair.view()['alpha']!.virtualTokens).toBe(200);
+    // The next leader picks the tenant its predecessor served less: beta, waiting all along,
+    // is not lifted to alpha's counter as a tenant that just became active would be.
+    await add('alpha', 'a1');
+    expect(await releaseNext(next, 1)).toBe('beta:b0');
+  });
+
+  it('ignores counters of tenants no longer configured, and values that are not numbers', async () => {
+    await redis.hset(keys.fairShare('p'), { gone: '5', alpha: 'NaN', beta: '7' });
+    const fair = fairShare();
+    await fair.load();
+    expect(Object.keys(fair.view())).toEqual(['alpha', 'beta']);
+    expect(fair.view()['alpha']!.virtualTokens).toBe(0);
+    expect(fair.view()['beta']!.virtualTokens).toBe(7);
+  });
+});

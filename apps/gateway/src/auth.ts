@@ -1,0 +1,85 @@
+// Tenants at the edge: with `tenants` configured, every request except the open operations
+// paths needs `Authorization: Bearer <key>`, and the key names the request's tenant. Without
+// tenants nothing is asked for and every request is anonymous (`request.tenant` null).
+import { timingSafeEqual } from 'node:crypto';
+import { keyDigest, type TenantConfig } from '@sluice/config';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { refusal, type Refusal } from './refuse.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The caller's tenant (set by the auth hook); null when no tenants are configured. */
+    tenant: TenantConfig | null;
+  }
+}
+
+/**
+ * Open without a key: probes and scrapers carry none. Exact paths only, so everything else,
+ * unknown paths included, is behind the key (a 404 tells a stranger nothing either).
+ */
+export const OPEN_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
+
+const NO_KEY =
+  "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).";
+const MALFORMED =
+  'The Authorization header is not of the form "Bearer YOUR_KEY". You need to provide your API key in an Authorization header using Bearer auth.';
+// Never the key itself, not even a masked part of it: it may sit in a client's logs.
+const INCORRECT = 'Incorrect API key provided.';
+
+// vLLM's scheme check (case-insensitive `bearer`, one space); a key has no blanks.
+const BEARER = /^bearer +(\S+) *$/i;
+
+/** Every tenant's key digests, resolved once at start-up. */
+export class TenantKeys {
+  private readonly byDigest = new Map<string, { digest: Buffer; tenant: TenantConfig }>();
+
+  constructor(tenants: readonly TenantConfig[]) {
+    for (const tenant of tenants)
+      for (const hex of tenant.keySha256)
+        this.byDigest.set(hex, { digest: Buffer.from(hex, 'hex'), tenant });
+  }
+
+  /** The tenant of an `Authorization` header value, or the refusal for it. */
+  authenticate(header: string | undefined): TenantConfig | Refusal {
+    if (header === undefined || header.trim() === '') return refusal('invalid_api_key', NO_KEY);
+    const key = BEARER.exec(header)?.[1];
+    if (key === undefined) return refusal('invalid_api_key', MALFORMED);
+    // The presented key is hashed first, so the Map lookup's timing depends only on its
+    // digest, which a caller cannot steer towards a stored one (that would need a SHA-256
+    // preimage): comparing digests leaks nothing about any stored key. The constant-time
+    // compare then confirms the match without an early exit.
+    const hex = keyDigest(key);
+    const entry = this.byDigest.get(hex);
+    if (entry === undefined || !timingSafeEqual(entry.digest, Buffer.from(hex, 'hex')))
+      return refusal('invalid_api_key', INCORRECT);
+    return entry.tenant;
+  }
+}
+
+/** The highest priority a request may ask for: its tenant's, else SLUICE_MAX_PRIORITY. */
+export function priorityCap(tenant: TenantConfig | null, maxPriority: number): number {
+  return tenant === null ? maxPriority : Math.min(tenant.maxPriority, maxPriority);
+}
+
+/**
+ * Installs `request.tenant` and, with tenants, the key check: an `onRequest` hook on the root
+ * instance, so it runs before the body is read, for every route and for unknown ones.
+ * Register it before the routes. A refusal is a 401 `invalid_api_key` through `refuse`
+ * (counted), with `WWW-Authenticate` as RFC 9110 asks of a 401.
+ */
+export function installAuth(
+  app: FastifyInstance,
+  tenants: readonly TenantConfig[] | undefined,
+  refuse: (reply: FastifyReply, r: Refusal) => FastifyReply,
+): void {
+  app.decorateRequest('tenant', null);
+  if (tenants === undefined) return;
+  const keys = new TenantKeys(tenants);
+  app.addHook('onRequest', async (request, reply) => {
+    if (OPEN_PATHS.has(request.url.split('?', 1)[0]!)) return;
+    const found = keys.authenticate(request.headers.authorization);
+    if ('reason' in found)
+      return refuse(reply.header('www-authenticate', 'Bearer realm="sluice"'), found);
+    request.tenant = found;
+  });
+}

@@ -1,0 +1,113 @@
+// The YAML file's `tenants:` list: who may use the gateway and on what terms. Plain keys are
+// hashed on load and never kept: the config, its errors and anything that logs the config
+// hold only SHA-256 digests, so `apiKeySha256` lets the file itself hold no secret either.
+import { createHash } from 'node:crypto';
+import type { FileChecker } from './file.js';
+import { decimal, integer, matching, type Rule } from './rules.js';
+import type { TenantConfig } from './types.js';
+import { shared } from './variables.js';
+
+const KEYS = ['name', 'apiKeys', 'apiKeySha256', 'weight', 'maxQueued', 'maxPriority'] as const;
+
+const rules = {
+  name: matching(/^[A-Za-z0-9_.-]{1,63}$/, "1 to 63 letters, digits, '_', '.' or '-'"),
+  digest: matching(
+    /^[0-9A-Fa-f]{64}$/,
+    '64 hexadecimal digits (printf %s "$KEY" | sha256sum)',
+    (raw) => raw.toLowerCase(),
+  ),
+  weight: decimal({ min: 0, exclusiveMin: true }),
+  maxQueued: integer(1),
+} as const;
+
+/** Lower-case hex SHA-256 of a key's UTF-8 bytes: what `sha256sum` prints for it. */
+export function keyDigest(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex');
+}
+
+/** `maxPriority` may not exceed SLUICE_MAX_PRIORITY: the header is clamped to that anyway. */
+function priorityRule(max: number): Rule<number> {
+  const base = integer(0, max);
+  return { ...base, allowed: `${base.allowed} (SLUICE_MAX_PRIORITY)` };
+}
+
+/**
+ * Reads `tenants` from the file's root mapping; `undefined` when the key is absent (no keys
+ * are asked for). Names and keys are unique across tenants: one key in two tenants would make
+ * the tenant of a request depend on lookup order.
+ */
+export function readTenants(
+  check: FileChecker,
+  root: Record<string, unknown>,
+  maxPriority: number,
+): TenantConfig[] | undefined {
+  if (!Object.hasOwn(root, 'tenants')) return undefined;
+  const raw = root['tenants'];
+  if (Array.isArray(raw) && raw.length === 0)
+    throw check.invalid(
+      'tenants',
+      raw,
+      'a non-empty list of tenants (remove the key to run without tenants)',
+    );
+  const list = check.list(raw, 'tenants', 'tenants', true);
+  const priority = priorityRule(maxPriority);
+  const nameAt = new Map<string, string>();
+  const digestAt = new Map<string, string>();
+
+  const claim = (digest: string, at: string, secret: string | undefined) => {
+    const other = digestAt.get(digest);
+    if (other === undefined) return digestAt.set(digest, at);
+    throw check.invalid(
+      at,
+      secret ?? digest,
+      `a key no other entry has (already at ${other})`,
+      secret !== undefined,
+    );
+  };
+
+  return list.map((rawTenant, t): TenantConfig => {
+    const path = `tenants[${t}]`;
+    const tenant = check.mapping(rawTenant, path, KEYS);
+    const name = check.required(tenant, 'name', path, rules.name);
+    const previous = nameAt.get(name);
+    if (previous !== undefined)
+      throw check.invalid(`${path}.name`, name, `a name not used by another tenant (${previous})`);
+    nameAt.set(name, path);
+
+    const keySha256: string[] = [];
+    if (Object.hasOwn(tenant, 'apiKeys'))
+      check.list(tenant['apiKeys'], `${path}.apiKeys`, 'keys', false).forEach((item, k) => {
+        const at = `${path}.apiKeys[${k}]`;
+        const key = shared.apiKey.fromValue(item);
+        // Whatever was written there, it was meant as a secret: never shown.
+        if (key === undefined) throw check.invalid(at, String(item), shared.apiKey.allowed, true);
+        const digest = keyDigest(key);
+        claim(digest, at, key);
+        keySha256.push(digest);
+      });
+    if (Object.hasOwn(tenant, 'apiKeySha256'))
+      check
+        .list(tenant['apiKeySha256'], `${path}.apiKeySha256`, 'SHA-256 digests', false)
+        .forEach((item, k) => {
+          const at = `${path}.apiKeySha256[${k}]`;
+          const digest = rules.digest.fromValue(item);
+          if (digest === undefined) throw check.invalid(at, item, rules.digest.allowed);
+          claim(digest, at, undefined);
+          keySha256.push(digest);
+        });
+    if (keySha256.length === 0)
+      throw check.error(
+        path,
+        'has no key: expected apiKeys or apiKeySha256 with at least one entry',
+      );
+
+    const maxQueued = check.optional(tenant, 'maxQueued', path, rules.maxQueued);
+    return {
+      name,
+      keySha256,
+      weight: check.optional(tenant, 'weight', path, rules.weight) ?? 1,
+      ...(maxQueued === undefined ? {} : { maxQueued }),
+      maxPriority: check.optional(tenant, 'maxPriority', path, priority) ?? 0,
+    };
+  });
+}

@@ -1,0 +1,164 @@
+// Two tenants share one engine of cap 2 behind two gateways. Alpha floods; beta sends a few
+// just after. The fair share releases beta's requests among alpha's backlog instead of after
+// it, alpha is held to its own queue bound, and the engine never runs more than the cap.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  answer,
+  eventually,
+  metricSum,
+  startDispatcher,
+  startEngineSim,
+  startGateway,
+  startRedis,
+  type SluiceProcess,
+  type TestEngineSim,
+  type TestRedis,
+} from '../support/index.ts';
+
+const ALPHA_KEY = 'sk-alpha-fair-share-test';
+const BETA_KEY = 'sk-beta-fair-share-test';
+
+let redis: TestRedis;
+let sim: TestEngineSim;
+let dispatcher: SluiceProcess;
+let gateways: SluiceProcess[];
+let client: Redis;
+let dir: string;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  // Every answer is 30 decode steps long, so alpha's backlog takes a while to drain.
+  sim = await startEngineSim([
+    '--profile',
+    'instant',
+    '--model',
+    'm',
+    '--max-num-seqs',
+    '64',
+    '--decode-seconds-per-sequence',
+    '0.005',
+  ]);
+  dir = mkdtempSync(join(tmpdir(), 'sluice-fair-'));
+  const config = join(dir, 'sluice.yaml');
+  writeFileSync(
+    config,
+    [
+      'tenants:',
+      '  - name: alpha',
+      `    apiKeys: [${ALPHA_KEY}]`,
+      '    maxQueued: 20',
+      '  - name: beta',
+      `    apiKeys: [${BETA_KEY}]`,
+      'pools:',
+      '  - name: main',
+      '    models: [m]',
+      '    queueDepth: 100',
+      '    maxParkSeconds: 300',
+      '    engines:',
+      `      - { url: "${sim.url}", name: e, maxInflight: 2 }`,
+      '',
+    ].join('\n'),
+  );
+  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
+  dispatcher = await startDispatcher(env);
+  gateways = await Promise.all([startGateway(env), startGateway(env)]);
+  client = new Redis(redis.url);
+  // A leader before the flood: otherwise the first requests are refused no_leader.
+  await eventually(
+    async () => ((await client.exists('sluice:{pool-main}:lease')) === 1 ? true : undefined),
+    'a dispatcher to lead pool main',
+  );
+});
+
+afterAll(async () => {
+  await client?.quit();
+  await Promise.all((gateways ?? []).map((g) => g.stop()));
+  await dispatcher?.stop();
+  await sim?.stop();
+  await redis?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+function ask(gateway: SluiceProcess, key: string, content: string) {
+  return fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({
+      model: 'm',
+      messages: [{ role: 'user', content }],
+      max_tokens: 30,
+      ignore_eos: true,
+    }),
+  });
+}
+
+describe('fair share between two tenants', () => {
+  it("serves beta's few requests among alpha's backlog, and bounds alpha's queue", async () => {
+    const started = Date.now();
+    const finished: Array<{ tenant: 'alpha' | 'beta'; at: number; status: number }> = [];
+    const send = (tenant: 'alpha' | 'beta', i: number) =>
+      answer(
+        ask(gateways[i % 2]!, tenant === 'alpha' ? ALPHA_KEY : BETA_KEY, `${tenant} ${i}`),
+      ).then((a) => {
+        finished.push({ tenant, at: Date.now(), status: a.status });
+        return a;
+      });
+    let firstRefusal!: () => void;
+    const alphaFull = new Promise<void>((resolve) => (firstRefusal = resolve));
+    const alpha = Array.from({ length: 40 }, (_, i) =>
+      send('alpha', i).then((a) => {
+        if (a.status === 429) firstRefusal();
+        return a;
+      }),
+    );
+    // Beta comes once alpha's queue is full (its first refusal): the backlog is there to jump.
+    await Promise.race([alphaFull, Promise.all(alpha)]);
+    const betaSentAt = Date.now();
+    const beta = Array.from({ length: 4 }, (_, i) => send('beta', i));
+    const [alphaAnswers, betaAnswers] = await Promise.all([Promise.all(alpha), Promise.all(beta)]);
+
+    const refused = alphaAnswers.filter((a) => a.status === 429);
+    const served = alphaAnswers.filter((a) => a.status === 200);
+    // Past its 20 queued, alpha is told to come back later; every request taken in is served.
+    expect(refused.length).toBeGreaterThan(0);
+    expect(served.length + refused.length).toBe(40);
+    for (const r of refused) {
+      expect(r.reason).toBe('tenant_queue_full');
+      expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
+      expect(JSON.parse(r.body).error.code).toBe('tenant_queue_full');
+    }
+    for (const a of [...served, ...betaAnswers]) expect(JSON.parse(a.body).choices).toHaveLength(1);
+    expect(betaAnswers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+
+    // Ordering, not speed: how many of alpha's served requests ended before beta's last one.
+    // First come, first served puts all of alpha's queue first; the fair share alternates.
+    const betaLast = Math.max(...finished.filter((f) => f.tenant === 'beta').map((f) => f.at));
+    const alphaDone = finished.filter((f) => f.tenant === 'alpha' && f.status === 200);
+    const alphaBefore = alphaDone.filter((f) => f.at < betaLast).length;
+    const alphaLast = Math.max(...alphaDone.map((f) => f.at));
+    console.log(
+      `fair share: alpha served ${served.length}, refused ${refused.length}; ` +
+        `${alphaBefore} of alpha's ended before beta's last; after beta sent, its last answer ` +
+        `came in ${betaLast - betaSentAt} ms and alpha's backlog drained in ${alphaLast - betaSentAt} ms ` +
+        `(flood sent ${betaSentAt - started} ms before)`,
+    );
+    expect(alphaBefore).toBeLessThanOrEqual(Math.ceil(served.length / 2));
+
+    // The cap held throughout, and the engine ran exactly what was served.
+    const state = await sim.state();
+    expect(state.peakRequests).toBe(2);
+    expect(state.receivedTotal).toBe(served.length + 4);
+
+    // Metrics name the tenants: released per tenant, tokens served, refusals by reason.
+    expect(await metricSum(dispatcher.url, 'sluice_tenant_released_total')).toBe(served.length + 4);
+    const refusedSeen =
+      ((await metricSum(gateways[0]!.url, 'sluice_tenant_rejected_total')) ?? 0) +
+      ((await metricSum(gateways[1]!.url, 'sluice_tenant_rejected_total')) ?? 0);
+    expect(refusedSeen).toBe(refused.length);
+    expect(await metricSum(dispatcher.url, 'sluice_tenant_tokens_total')).toBeGreaterThan(0);
+  });
+});

@@ -1,0 +1,231 @@
+// Keys and tenants end to end: real Redis, gateway, dispatcher and two engine simulators that
+// want keys of their own (a gated engine with `--api-key`, and a pass-through backend with
+// another). Clients without a valid key get 401 and reach nothing; valid keys are served, so
+// the engines got their own keys and never the client's (they would have answered 401); the
+// operations paths stay open, `/metrics` moves to GATEWAY_METRICS_PORT; and no process logs a
+// key, a prompt or a completion, even at LOG_LEVEL=trace.
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  answer,
+  eventually,
+  startDispatcher,
+  startEngineSim,
+  startGateway,
+  startRedis,
+  type SluiceProcess,
+  type TestEngineSim,
+  type TestRedis,
+} from '../support/index.ts';
+
+const ALPHA_KEY = 'sk-alpha-7f3c9e21d4b8a605';
+const BETA_KEY = 'sk-beta-1b6e0d94c2a7f358';
+const ENGINE_KEY = 'engine-secret';
+const BACKEND_KEY = 'backend-secret-5d21';
+// Text that exists only in this test's requests, and so may appear in no log line.
+const MARKER = 'PROMPT-MARKER-4b1f8e0c-tenants';
+
+let redis: TestRedis;
+let engine: TestEngineSim;
+let backend: TestEngineSim;
+let dispatcher: SluiceProcess;
+let gateway: SluiceProcess;
+let metricsUrl: string;
+let dir: string;
+/** The completion texts the engine wrote for this test's requests. */
+const completions: string[] = [];
+
+const sha = (key: string) => createHash('sha256').update(key).digest('hex');
+const trace = { LOG_LEVEL: 'trace' };
+
+beforeAll(async () => {
+  redis = await startRedis();
+  const simArgs = (model: string, key: string) => [
+    ...['--profile', 'instant', '--model', model, '--api-key', key],
+  ];
+  [engine, backend] = await Promise.all([
+    startEngineSim(simArgs('m', ENGINE_KEY), trace),
+    startEngineSim(simArgs('pt', BACKEND_KEY), trace),
+  ]);
+  dir = mkdtempSync(join(tmpdir(), 'sluice-tenants-'));
+  const config = join(dir, 'sluice.yaml');
+  writeFileSync(
+    config,
+    [
+      'pools:',
+      '  - name: p',
+      '    models: [m]',
+      '    engines:',
+      `      - { url: "${engine.url}", maxInflight: 2, apiKey: ${ENGINE_KEY} }`,
+      'passthrough:',
+      `  - { model: pt, url: "${backend.url}", apiKey: ${BACKEND_KEY} }`,
+      'tenants:',
+      '  - name: alpha',
+      `    apiKeys: [${ALPHA_KEY}]`,
+      '  - name: beta',
+      `    apiKeySha256: [${sha(BETA_KEY)}]`,
+      '',
+    ].join('\n'),
+  );
+  const env = { ...trace, REDIS_URL: redis.url, SLUICE_CONFIG: config };
+  dispatcher = await startDispatcher(env);
+  gateway = await startGateway({ ...env, GATEWAY_METRICS_PORT: '0' });
+  metricsUrl = (await gateway.process.waitForLine(/"metricsUrl":"([^"]+)"/))[1]!;
+  await eventually(
+    async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
+    'the gateway to see a leader',
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await gateway?.stop();
+  await dispatcher?.stop();
+  await Promise.all([engine?.stop(), backend?.stop()]);
+  await redis?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A chat request whose system message carries the marker, so the engine shows it arrived. */
+function ask(model: string, headers: Record<string, string>, extra: Record<string, unknown> = {}) {
+  return answer(
+    fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({
+        model,
+        messages: [
+          { role: 'system', content: MARKER },
+          { role: 'user', content: `${MARKER} user` },
+        ],
+        max_tokens: 24,
+        ignore_eos: true,
+        ...extra,
+      }),
+    }),
+  );
+}
+
+const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+/** `sluice_rejected_total{reason="invalid_api_key"}` on the gateway's metrics port. */
+async function invalidKeyRefusals(): Promise<number> {
+  const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith('sluice_rejected_total{') && l.includes('reason="invalid_api_key"'))
+    .reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
+}
+const engineCounts = async (sim: TestEngineSim) => {
+  const state = await sim.state();
+  return { received: state['receivedTotal'], unauthorized: state['unauthorizedTotal'] };
+};
+
+describe('API keys at the gateway', () => {
+  it('answers a missing or unknown key with 401 invalid_api_key, and nothing reaches an engine', async () => {
+    const before = await Promise.all([engineCounts(engine), engineCounts(backend)]);
+    const rejectedBefore = await invalidKeyRefusals();
+
+    const missing = await ask('m', {});
+    const unknown = await ask('m', bearer('sk-nobody-0000'));
+    const wrongScheme = await ask('m', { authorization: `Basic ${ALPHA_KEY}` });
+    const toBackend = await ask('pt', bearer('sk-nobody-0000'));
+    const models = await answer(fetch(`${gateway.url}/v1/models`));
+    const unknownPath = await answer(fetch(`${gateway.url}/v1/embeddings`, { method: 'POST' }));
+    const refused = [missing, unknown, wrongScheme, toBackend, models, unknownPath];
+    for (const res of refused) {
+      expect(res.status).toBe(401);
+      expect(res.reason).toBe('invalid_api_key');
+      const body = JSON.parse(res.body) as { error: Record<string, unknown> };
+      expect(body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_api_key' });
+      expect(res.body).not.toContain('sk-');
+    }
+    expect(JSON.parse(missing.body).error.message).toMatch(/^You didn't provide an API key\./);
+    expect(JSON.parse(unknown.body).error.message).toBe('Incorrect API key provided.');
+
+    // Nothing was sent on: neither engine saw a request, not even one it refused.
+    expect(await Promise.all([engineCounts(engine), engineCounts(backend)])).toEqual(before);
+    expect(await invalidKeyRefusals()).toBe(rejectedBefore + refused.length);
+  });
+
+  it("serves valid keys (plain and by digest): the engine got its own key, not the client's", async () => {
+    const before = await engineCounts(engine);
+    const alpha = await ask('m', bearer(ALPHA_KEY));
+    const beta = await ask('m', { authorization: `bearer ${BETA_KEY}` }, { stream: true });
+    expect(alpha.status).toBe(200);
+    expect(beta.status).toBe(200);
+    const text = JSON.parse(alpha.body).choices[0].message.content as string;
+    expect(text.split(' ').length).toBe(24);
+    completions.push(text);
+    expect(beta.body.endsWith('data: [DONE]\n\n')).toBe(true);
+    const streamed = beta.body
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: {'))
+      .map((e) => JSON.parse(e.slice(6)).choices?.[0]?.delta?.content ?? '')
+      .join('');
+    expect(streamed.split(' ').length).toBe(24);
+    completions.push(streamed);
+
+    // Both reached the engine and none was refused there: it would refuse the client's key.
+    // A valid key with a body the gateway refuses, and a model nobody serves: answered at the
+    // edge (the error paths must not log the prompt either).
+    const broken = await answer(
+      fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...bearer(ALPHA_KEY) },
+        body: `{"model":"m","messages":[{"role":"user","content":"${MARKER}"}`,
+      }),
+    );
+    expect(broken.status).toBe(400);
+    expect((await ask(`${MARKER}-model`, bearer(BETA_KEY))).status).toBe(404);
+
+    const after = await engineCounts(engine);
+    expect(after).toEqual({ received: Number(before.received) + 2, unauthorized: 0 });
+    const received = (await (await fetch(`${engine.url}/sim/received`)).json()) as {
+      requests: Array<{ system: string | null }>;
+    };
+    expect(received.requests.slice(-2).map((r) => r.system)).toEqual([MARKER, MARKER]);
+  });
+
+  it("gives a pass-through backend its own key, never the client's", async () => {
+    const before = await engineCounts(backend);
+    const res = await ask('pt', bearer(ALPHA_KEY));
+    expect(res.status).toBe(200);
+    completions.push(JSON.parse(res.body).choices[0].message.content as string);
+    expect(await engineCounts(backend)).toEqual({
+      received: Number(before.received) + 1,
+      unauthorized: 0,
+    });
+  });
+
+  it('leaves /healthz and /readyz open, and serves /metrics on GATEWAY_METRICS_PORT only', async () => {
+    expect((await fetch(`${gateway.url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${gateway.url}/readyz`)).status).toBe(200);
+    const onApiPort = await answer(fetch(`${gateway.url}/metrics`));
+    expect(onApiPort.status).toBe(404);
+    expect(onApiPort.reason).toBe('not_found');
+    expect((await fetch(`${gateway.url}/metrics`, { headers: bearer(ALPHA_KEY) })).status).toBe(
+      404,
+    );
+    const scrape = await fetch(`${metricsUrl}/metrics`);
+    expect(scrape.status).toBe(200);
+    expect(await scrape.text()).toContain('sluice_rejected_total');
+    expect(new URL(metricsUrl).port).not.toBe(new URL(gateway.url).port);
+  });
+
+  it('logs no key, prompt or completion in any process, at LOG_LEVEL=trace', async () => {
+    // The requests above ran: there is something to look for, and logs to look in.
+    expect(completions).toHaveLength(3);
+    const processes = { gateway, dispatcher, engine, backend };
+    for (const [name, proc] of Object.entries(processes)) {
+      const log = proc.process.output.join('\n');
+      expect(log.length, name).toBeGreaterThan(0);
+      for (const secret of [ALPHA_KEY, BETA_KEY, ENGINE_KEY, BACKEND_KEY, MARKER])
+        expect(log.includes(secret), `${name} logged ${secret}`).toBe(false);
+      for (const text of completions)
+        expect(log.includes(text), `${name} logged a completion`).toBe(false);
+    }
+    expect(gateway.process.output.some((l) => l.includes('"msg":"gateway ready"'))).toBe(true);
+  });
+});
