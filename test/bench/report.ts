@@ -344,6 +344,7 @@ const INCIDENT_HEADLINE = [
 /** Measures of the fairness scenario shown in the summary, one row per run. */
 const FAIRNESS_HEADLINE = [
   'light TTFT p50',
+  'light TTFT p90',
   'light TTFT p99',
   'light TTFT p99 / alone',
   'light TTFT p99 / fair share',
