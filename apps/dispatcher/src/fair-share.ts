@@ -11,6 +11,7 @@ import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 import { TenantQueues, type TenantQueue } from './tenant-queues.js';
+import { limitedWarn, type LimitedWarn } from './warn-limit.js';
 
 // Beside the counters in the same hash: who was waiting at the last pick, and who was picked,
 // so the next leader lifts nobody who was waiting all along. Tenant names cannot contain ':'.
@@ -44,12 +45,14 @@ export class FairShare {
   private readonly inflight = new Map<string, number>();
   private queued = new Map<string, number>();
   private dirty = false;
+  private readonly warn: LimitedWarn;
 
   constructor(private readonly deps: FairShareDeps) {
     const names = deps.tenants.map((t) => t.name);
     this.weights = new Map(deps.tenants.map((t) => [t.name, t.weight]));
     this.counter = new VirtualTokenCounter({ weights: this.weights });
     this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.queue);
+    this.warn = limitedWarn(deps.log);
   }
 
   /** Takes over the counters the previous leader wrote; keeps its own when Redis cannot say. */
@@ -98,19 +101,31 @@ export class FairShare {
    * that is not the job BullMQ would take anyway. Failures leave the queue's own order.
    */
   async prepareNext(): Promise<void> {
+    const { metrics, pool } = this.deps;
     let reading;
     try {
       reading = await this.queues.read();
-    } catch {
+    } catch (err) {
+      // The take goes on in the queue's own order: one release not in fair order.
+      metrics.fairSharePicks.inc({ pool, outcome: 'read_failed' });
+      this.warn('reading the tenant queues failed', err, { pool });
       return;
     }
     this.setQueued(reading.tenants);
     const waiting = reading.tenants.filter((t) => t.head !== undefined);
     const chosen = this.counter.pick(waiting.map((t) => t.tenant));
     const head = waiting.find((t) => t.tenant === chosen)?.head;
-    if (head === undefined || head === reading.next) return;
-    // Gone meanwhile (its client left): the take gets the queue's own next job.
-    await this.queues.moveToFront(head).catch(() => {});
+    if (head === undefined || head === reading.next) {
+      metrics.fairSharePicks.inc({ pool, outcome: head === undefined ? 'none' : 'in_order' });
+      return;
+    }
+    try {
+      await this.queues.moveToFront(head);
+      metrics.fairSharePicks.inc({ pool, outcome: 'moved' });
+    } catch {
+      // Gone meanwhile (its client left): the take gets the queue's own next job.
+      metrics.fairSharePicks.inc({ pool, outcome: 'move_failed' });
+    }
   }
 
   /** A job of `payload.tenant` was released: its input is charged, it left the queue. */

@@ -28,6 +28,7 @@ beforeAll(async () => {
 beforeEach(() => redis.flushall());
 afterAll(() => fixture.close());
 
+let registry: Registry;
 const fairShare = () =>
   new FairShare({
     pool: 'p',
@@ -35,9 +36,15 @@ const fairShare = () =>
     keys,
     redis,
     queue,
-    metrics: dispatcherMetrics(new Registry()),
+    metrics: dispatcherMetrics((registry = new Registry())),
     log: silent,
   });
+
+/** `sluice_fair_share_picks_total` of the last FairShare made, by outcome. */
+async function picks(): Promise<Record<string, number>> {
+  const metric = await registry.getSingleMetric('sluice_fair_share_picks_total')!.get();
+  return Object.fromEntries(metric.values.map((v) => [String(v.labels['outcome']), v.value]));
+}
 
 const payload = (tenant: string): JobPayload => ({
   v: 1,
@@ -88,6 +95,8 @@ describe('fair share (leader side)', () => {
     ]);
     expect(await redis.zcard(keys.tenantQueued('p', 'alpha'))).toBe(0);
     expect(await redis.zcard(keys.tenantQueued('p', 'beta'))).toBe(0);
+    // Beta's two went to the front; every other pick was the queue's own next job.
+    expect(await picks()).toEqual({ in_order: 6, moved: 2 });
   });
 
   it('charges output as it streams, and hands its counters to the next leader', async () => {

@@ -142,6 +142,12 @@ export function dispatcherMetrics(registry: Registry) {
       labelNames: ['pool', 'tenant', 'kind'],
       registers,
     }),
+    fairSharePicks: new Counter({
+      name: 'sluice_fair_share_picks_total',
+      help: "The fair share's choices before a take: moved (its pick put at the queue's front), in_order (the pick was next anyway), none (no tenant waiting), read_failed and move_failed (the take went in the queue's own order).",
+      labelNames: ['pool', 'outcome'],
+      registers,
+    }),
     tenantVirtualTokens: new Gauge({
       name: 'sluice_tenant_virtual_tokens',
       help: "A tenant's fair-share counter (weighted service, VTC): the tenant with work and the least goes next.",
