@@ -128,6 +128,17 @@ export class FairShare {
     }
   }
 
+  /** Puts a job the release order chose (a promoted held job) at the queue's front. */
+  async toFront(jobId: string): Promise<void> {
+    const { metrics, pool } = this.deps;
+    try {
+      await this.queues.moveToFront(jobId);
+      metrics.fairSharePicks.inc({ pool, outcome: 'promoted' });
+    } catch {
+      metrics.fairSharePicks.inc({ pool, outcome: 'move_failed' });
+    }
+  }
+
   /** A job of `payload.tenant` was released: its input is charged, it left the queue. */
   released(jobId: string, payload: JobPayload): void {
     const tenant = payload.tenant;

@@ -97,10 +97,15 @@ export class ReleaseLoop {
         await this.waitForWake();
         continue;
       }
-      // The fair share puts the next tenant's job in front, except while a held job promoted
-      // back waits to be taken: moving others ahead of it every time would starve it.
-      if (this.deps.fairShare && this.deps.holding.held.promoted === undefined)
-        await this.deps.fairShare.prepareNext();
+      // The fair share puts the next tenant's job in front. A held job promoted back goes
+      // first: it was taken once already, and BullMQ would put it behind every job of its
+      // class queued meanwhile, while the fair share stays off until it is taken again.
+      const fairShare = this.deps.fairShare;
+      if (fairShare) {
+        const promoted = this.deps.holding.held.promoted;
+        if (promoted === undefined) await fairShare.prepareNext();
+        else await fairShare.toFront(promoted);
+      }
       const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
       let job: Job | undefined;
       try {

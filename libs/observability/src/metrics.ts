@@ -144,7 +144,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     fairSharePicks: new Counter({
       name: 'sluice_fair_share_picks_total',
-      help: "The fair share's choices before a take: moved (its pick put at the queue's front), in_order (the pick was next anyway), none (no tenant waiting), read_failed and move_failed (the take went in the queue's own order).",
+      help: "The fair share's choices before a take: moved (its pick put at the queue's front), in_order (the pick was next anyway), none (no tenant waiting), promoted (a held job promoted back put at the front), read_failed and move_failed (the take went in the queue's own order).",
       labelNames: ['pool', 'outcome'],
       registers,
     }),
