@@ -25,6 +25,8 @@ const BETA_KEY = 'sk-beta-fair-share-test';
 let redis: TestRedis;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
+/** Stands by until the failover test stops the leader. */
+let standby: SluiceProcess;
 let gateways: SluiceProcess[];
 let client: Redis;
 let dir: string;
@@ -72,12 +74,15 @@ beforeAll(async () => {
     async () => ((await client.exists('sluice:{pool-main}:lease')) === 1 ? true : undefined),
     'a dispatcher to lead pool main',
   );
+  // Started once the first one leads, so the first one is the leader.
+  standby = await startDispatcher(env);
 });
 
 afterAll(async () => {
   await client?.quit();
   await Promise.all((gateways ?? []).map((g) => g.stop()));
   await dispatcher?.stop();
+  await standby?.stop();
   await sim?.stop();
   await redis?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
@@ -160,5 +165,50 @@ describe('fair share between two tenants', () => {
       ((await metricSum(gateways[1]!.url, 'sluice_tenant_rejected_total')) ?? 0);
     expect(refusedSeen).toBe(refused.length);
     expect(await metricSum(dispatcher.url, 'sluice_tenant_tokens_total')).toBeGreaterThan(0);
+  });
+});
+
+describe('fair share across a change of leader', () => {
+  it('hands the counters to the standby: they never go back, and every request is served', async () => {
+    const key = 'sluice:{pool-main}:fair-share';
+    const counterOf = async () => Number((await client.hget(key, 'alpha')) ?? 0);
+    // Every value the hash holds while the leader changes, read as fast as Redis answers.
+    const seen: number[] = [];
+    let watching = true;
+    const watch = (async () => {
+      while (watching) seen.push(await counterOf());
+    })();
+    const before = (await sim.state()).receivedTotal as number;
+    const released = () => metricSum(dispatcher.url, 'sluice_tenant_released_total');
+    const releasedBefore = (await released()) ?? 0;
+    const requests = [
+      ...Array.from({ length: 12 }, (_, i) => answer(ask(gateways[i % 2]!, ALPHA_KEY, `a ${i}`))),
+      ...Array.from({ length: 4 }, (_, i) => answer(ask(gateways[i % 2]!, BETA_KEY, `b ${i}`))),
+    ];
+    await eventually(
+      async () => (((await released()) ?? 0) - releasedBefore >= 5 ? true : undefined),
+      'the leader to release five of them',
+    );
+    // SIGTERM: the leader writes its counters, hands the lease over, finishes what it runs.
+    await dispatcher.stop('SIGTERM');
+    const atHandover = await counterOf();
+    const answers = await Promise.all(requests);
+    expect(answers.map((a) => a.status)).toEqual(answers.map(() => 200));
+    // The standby led and released the rest, going on from the counters it read.
+    expect(await metricSum(standby.url, 'sluice_leader')).toBe(1);
+    expect(((await metricSum(standby.url, 'sluice_tenant_released_total')) ?? 0) > 0).toBe(true);
+    await eventually(
+      async () => ((await counterOf()) > atHandover ? true : undefined),
+      "the new leader's first write of the counters",
+    );
+    watching = false;
+    await watch;
+    const drops = seen.filter((v, i) => i > 0 && v < seen[i - 1]!);
+    expect(drops).toEqual([]);
+    expect(atHandover).toBeGreaterThan(0);
+    // Nothing ran twice, and the cap held across the change.
+    const state = await sim.state();
+    expect((state.receivedTotal as number) - before).toBe(16);
+    expect(state.peakRequests).toBe(2);
   });
 });
