@@ -27,7 +27,7 @@ let sims: Record<Pool, TestEngineSim>;
 let dir: string;
 let config: string;
 /** The processes of the running test, stopped after it. */
-let running: SluiceProcess[] = [];
+const running: SluiceProcess[] = [];
 
 beforeAll(async () => {
   redis = await startRedis();
