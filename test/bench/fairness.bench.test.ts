@@ -26,7 +26,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   eventually,
@@ -37,6 +37,7 @@ import {
   startRedis,
   type SluiceProcess,
 } from '../support/index.ts';
+import { timedChat } from './chat-client.ts';
 import { quantile, round, summarize, writeResult, type Figure, type Series } from './results.ts';
 
 const CAP = 4;
@@ -135,31 +136,15 @@ const body = (tenant: Tenant, i: number) =>
   });
 
 async function send(target: string, payload: string, key: string | undefined, record: Sent) {
-  try {
-    const res = await request(`${target}/v1/chat/completions`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        ...(key && { authorization: `Bearer ${key}` }),
-      },
-      body: payload,
-      dispatcher: agent,
-    });
-    record.status = res.statusCode;
-    let tail = '';
-    for await (const chunk of res.body) {
-      const text = (chunk as Buffer).toString('utf8');
-      // Keep-alive comments (`: keep-alive`) are not tokens; the first `data:` line is.
-      if (record.firstTokenAt === undefined && text.includes('data: '))
-        record.firstTokenAt = performance.now();
-      tail = (tail + text).slice(-64);
-    }
-    record.doneAt = performance.now();
-    record.complete = res.statusCode === 200 && tail.endsWith('data: [DONE]\n\n');
-  } catch (err) {
-    record.doneAt = performance.now();
-    record.error = (err as Error).message;
-  }
+  const tail = await timedChat(
+    target,
+    payload,
+    key ? { authorization: `Bearer ${key}` } : {},
+    agent,
+    record,
+  );
+  if (tail !== undefined)
+    record.complete = record.status === 200 && tail.endsWith('data: [DONE]\n\n');
 }
 
 async function runOnce(key: RunKey): Promise<Outcome> {

@@ -23,7 +23,7 @@
 // measured by the client is multiplied by `timeScale`. Nothing here asserts a timing.
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { Agent, request } from 'undici';
+import { Agent } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
   eventually,
@@ -36,6 +36,7 @@ import {
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
+import { timedChat } from './chat-client.ts';
 import { round, summarize, writeResult, type Figure, type Series } from './results.ts';
 import { startSemaphoreProxy, type SemaphoreProxy } from './semaphore-proxy.ts';
 
@@ -218,38 +219,14 @@ function body(kind: 'long' | 'short', i: number, promptTokens: number, maxTokens
   });
 }
 
-async function send(
-  target: string,
-  payload: string,
-  headers: Record<string, string>,
-  record: Sent,
-): Promise<void> {
-  try {
-    const res = await request(`${target}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...headers },
-      body: payload,
-      dispatcher: agent,
-    });
-    record.status = res.statusCode;
-    let tail = '';
-    for await (const chunk of res.body) {
-      const text = (chunk as Buffer).toString('utf8');
-      // Keep-alive comments (`: keep-alive`) are not tokens; the first `data:` line is.
-      if (record.firstTokenAt === undefined && text.includes('data: '))
-        record.firstTokenAt = performance.now();
-      tail = (tail + text).slice(-256);
-    }
-    record.doneAt = performance.now();
+async function send(target: string, payload: string, record: Sent): Promise<void> {
+  const tail = await timedChat(target, payload, {}, agent, record);
+  if (tail !== undefined)
     record.complete =
-      res.statusCode === 200 &&
+      record.status === 200 &&
       (record.kind === 'short'
         ? tail.endsWith('data: [DONE]\n\n')
         : tail.includes('"finish_reason"'));
-  } catch (err) {
-    record.doneAt = performance.now();
-    record.error = (err as Error).message;
-  }
 }
 
 async function runSetup(key: SetupKey, flags: FlagKey): Promise<Outcome> {
@@ -268,7 +245,7 @@ async function runSetup(key: SetupKey, flags: FlagKey): Promise<Outcome> {
     // One tiny request through every replica: connections open, the path works end to end.
     for (const target of targets) {
       const warm: Sent = { kind: 'short', sentAt: performance.now() };
-      await send(target, body('short', -1, 16, 1), {}, warm);
+      await send(target, body('short', -1, 16, 1), warm);
       if (!warm.complete) throw new Error(`${key}: warm-up through ${target} failed`);
     }
     await fetch(`${engine.url}/sim/peak/reset`, { method: 'POST' });
@@ -305,7 +282,7 @@ async function runSetup(key: SetupKey, flags: FlagKey): Promise<Outcome> {
       sent.push(record);
       const target = targets[next++ % targets.length]!;
       const maxTokens = kind === 'long' ? LONG_MAX_TOKENS : SHORT_MAX_TOKENS;
-      await send(target, body(kind, i, tokens, maxTokens), {}, record);
+      await send(target, body(kind, i, tokens, maxTokens), record);
     });
     await Promise.all(requests);
     sampling = false;
