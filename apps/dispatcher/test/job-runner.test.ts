@@ -152,7 +152,8 @@ describe('job runner', () => {
   it("publishes the end frame before BullMQ's completion of the job reaches Redis", async () => {
     // MONITOR lists commands in the order Redis runs them: the client's reply must not wait
     // behind the completion script.
-    const monitor = await command.monitor();
+    const base = createRedis(server.url, { name: 'monitor', role: 'subscriber' });
+    const monitor = await base.monitor();
     const seen: string[][] = [];
     monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
     try {
@@ -175,6 +176,7 @@ describe('job runner', () => {
       expect(await queue.getJobState(job.id!)).toBe('completed');
     } finally {
       monitor.disconnect();
+      base.disconnect();
     }
   });
 
