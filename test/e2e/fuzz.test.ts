@@ -68,7 +68,13 @@ const wrongField = fc.oneof(
   fc.record({ model: fc.constant('m'), stream: fc.oneof(fc.string(), fc.integer(), fc.object()) }),
   fc.record({
     model: fc.constant('m'),
-    max_tokens: fc.oneof(fc.integer({ max: -1 }), fc.double({ noInteger: true }), fc.string()),
+    // No NaN or infinities: JSON.stringify writes them as null, a max_tokens the gateway
+    // rightly passes on (it is OpenAI's "no limit"), so the request would reach the engine.
+    max_tokens: fc.oneof(
+      fc.integer({ max: -1 }),
+      fc.double({ noInteger: true, noNaN: true, noDefaultInfinity: true }),
+      fc.string(),
+    ),
   }),
   fc.record({
     model: fc.constant('m'),

@@ -1,6 +1,7 @@
 // One leader per pool: a Redis key holding the leader's id with a TTL. The leader renews
 // it every ttl/3; a standby tries to take it every min(ttl/3, 250 ms). A renewal that fails
-// or finds another owner ends the leadership at once.
+// or finds another owner ends the leadership at once. A standby asks `mayAcquire` before each
+// attempt (lease-choice.ts: a dispatcher at SLUICE_MAX_LEASED_POOLS does not contend).
 import type { Redis } from '@sluice/redis';
 
 const renewScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end`;
@@ -19,8 +20,14 @@ export interface LeaseEvents {
   lost(): void;
 }
 
+export interface LeaseOptions {
+  /** Asked before each attempt to take the lease; false: skip this round. Default: always. */
+  mayAcquire?: () => boolean;
+}
+
 export class Lease {
   private leader = false;
+  private acquiring = false;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
@@ -31,10 +38,16 @@ export class Lease {
     readonly ttlMs: number,
     private readonly events: LeaseEvents,
     private readonly onError: (err: unknown) => void,
+    private readonly options: LeaseOptions = {},
   ) {}
 
   get isLeader(): boolean {
     return this.leader;
+  }
+
+  /** An attempt to take the lease is out (it may yet succeed). */
+  get isAcquiring(): boolean {
+    return this.acquiring;
   }
 
   /** Starts contending; resolves once the first attempt to take the lease is done. */
@@ -52,6 +65,7 @@ export class Lease {
   }
 
   private async tick(): Promise<void> {
+    let skipped = false;
     try {
       if (this.leader) {
         const renewed = await this.redis.eval(
@@ -62,15 +76,23 @@ export class Lease {
           String(this.ttlMs),
         );
         if (renewed !== 1) this.setLeader(false);
+      } else if (this.options.mayAcquire?.() === false) {
+        skipped = true;
       } else {
-        const taken = await this.redis.eval(
-          acquireScript,
-          1,
-          this.key,
-          this.owner,
-          String(this.ttlMs),
-        );
-        if (taken === 1) this.setLeader(true);
+        // Set before the await: the next pool's `mayAcquire` counts this attempt.
+        this.acquiring = true;
+        try {
+          const taken = await this.redis.eval(
+            acquireScript,
+            1,
+            this.key,
+            this.owner,
+            String(this.ttlMs),
+          );
+          if (taken === 1) this.setLeader(true);
+        } finally {
+          this.acquiring = false;
+        }
       }
     } catch (err) {
       // Redis unreachable: we cannot prove we still hold the lease, so we do not.
@@ -78,7 +100,10 @@ export class Lease {
       this.onError(err);
     }
     if (this.stopped) return;
-    const period = this.leader ? this.ttlMs / 3 : Math.min(this.ttlMs / 3, 250);
+    let period = this.leader ? this.ttlMs / 3 : Math.min(this.ttlMs / 3, 250);
+    // A skipped round comes back after a random part of the period, so the pools of one
+    // dispatcher do not keep one order in which the same pool always goes first.
+    if (skipped) period *= 0.5 + Math.random() / 2;
     this.timer = setTimeout(() => void this.tick(), period);
   }
 

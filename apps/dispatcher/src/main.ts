@@ -1,4 +1,5 @@
-// `sluice dispatcher`: one process that leads or stands by for every configured pool.
+// `sluice dispatcher`: one process that leads or stands by for every pool it may lead
+// (SLUICE_POOLS, default all), at most SLUICE_MAX_LEASED_POOLS of them at once.
 import { randomUUID } from 'node:crypto';
 import { ConfigError, loadConfig, type SluiceConfig } from '@sluice/config';
 import {
@@ -19,6 +20,7 @@ import {
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
+import { allowedPools, poolsToContend } from './lease-choice.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
 import { Reach } from './reach.js';
 import { RelayHub } from './relay.js';
@@ -150,8 +152,19 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     .subscribe(keys.cancelChannel)
     .catch((err: unknown) => warn('subscribing to cancels failed', err));
 
+  // Pools outside SLUICE_POOLS get nothing here: no lease contention, worker or metrics.
+  const ours = allowedPools(config.pools, config.dispatcher.pools);
+  const names = (filter: (p: PoolDispatcher) => boolean) =>
+    new Set(pools.filter(filter).map((p) => p.pool.name));
+  const mayAcquire = (name: string) =>
+    poolsToContend({
+      allowed: ours.map((p) => p.name),
+      leading: names((p) => p.lease.isLeader),
+      trying: names((p) => p.lease.isAcquiring),
+      limit: config.dispatcher.maxLeasedPools,
+    }).includes(name);
   pools.push(
-    ...config.pools.map(
+    ...ours.map(
       (pool) =>
         new PoolDispatcher(pool, {
           id,
@@ -163,6 +176,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
           replicas,
           metrics,
           leaseTtlMs: config.lease.ttlMs,
+          mayAcquire: () => mayAcquire(pool.name),
           maxPriority: config.limits.maxPriority,
           tenants: config.tenants,
           timeouts: {
@@ -194,7 +208,8 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     {
       id,
       url,
-      pools: config.pools.map((p) => ({
+      maxLeasedPools: config.dispatcher.maxLeasedPools ?? 'no limit',
+      pools: ours.map((p) => ({
         name: p.name,
         engines: p.engines.map((e) => `${e.name}=${e.url} cap ${e.maxInflight}`),
       })),

@@ -39,6 +39,8 @@ export interface PoolDispatcherDeps {
   replicas: ReplicaLiveness;
   metrics: DispatcherMetrics;
   leaseTtlMs: number;
+  /** Whether this dispatcher may try to take the pool's lease now (lease-choice.ts). */
+  mayAcquire?: () => boolean;
   timeouts: EngineTimeouts;
   /** Gauge conditions of the gate (KV threshold, fail mode, freshness). */
   policy: GatePolicy;
@@ -148,6 +150,7 @@ export class PoolDispatcher {
       leaseTtlMs,
       { acquired: () => this.onAcquired(), lost: () => this.onLost() },
       (err) => warn('lease renewal failed', err, { pool: name }),
+      deps.mayAcquire ? { mayAcquire: deps.mayAcquire } : {},
     );
     this.load = new PoolLoad(pool.degradation);
     this.fairShare =

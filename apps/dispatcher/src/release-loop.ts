@@ -81,13 +81,19 @@ export class ReleaseLoop {
     const { metrics, worker, engines, policy, now } = this.deps;
     const poolLabel = { pool: this.deps.pool.name };
     let gateWasOpen = true;
+    // Why the gate was closed when last counted: a closed gate whose reason changes (KV
+    // pressure, then a stale engine) is counted again with the new reason.
+    let closedFor: string | undefined;
     while (this.deps.mayTake()) {
       const index = pickEngine(engines, policy, now());
       const open = index !== -1;
-      if (open !== gateWasOpen) {
-        metrics.gateOpen.set(poolLabel, open ? 1 : 0);
-        if (!open) metrics.gateClosed.inc({ ...poolLabel, reason: this.closedReason() });
-        gateWasOpen = open;
+      if (open !== gateWasOpen) metrics.gateOpen.set(poolLabel, open ? 1 : 0);
+      gateWasOpen = open;
+      if (open) closedFor = undefined;
+      else {
+        const reason = this.closedReason();
+        if (reason !== closedFor) metrics.gateClosed.inc({ ...poolLabel, reason });
+        closedFor = reason;
       }
       // Never take with the gate closed, a promoted held job included: BullMQ's global
       // concurrency would be reached too, and a slot freed by a completion adds no marker to

@@ -2,7 +2,7 @@
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Lease } from '../src/lease.ts';
+import { Lease, type LeaseOptions } from '../src/lease.ts';
 
 let server: TestRedis;
 let redis: Redis;
@@ -23,18 +23,19 @@ afterAll(async () => {
 });
 
 /** A lease whose transitions resolve promises, so tests wait for events, not time. */
-function lease(owner: string, ttlMs = 300) {
+function lease(owner: string, ttlMs = 300, key = 'lease:p', options: LeaseOptions = {}) {
   let onAcquired!: () => void;
   let onLost!: () => void;
   const acquired = new Promise<void>((r) => (onAcquired = r));
   const lost = new Promise<void>((r) => (onLost = r));
   const l = new Lease(
     redis,
-    'lease:p',
+    key,
     owner,
     ttlMs,
     { acquired: () => onAcquired(), lost: () => onLost() },
     () => {},
+    options,
   );
   leases.push(l);
   const firstAttempt = l.start();
@@ -86,5 +87,27 @@ describe('lease', () => {
     const c = lease('c');
     await c.firstAttempt;
     expect(c.lease.isLeader).toBe(false);
+  });
+
+  it('does not try to take a free lease while mayAcquire says no, and takes it once it says yes', async () => {
+    let may = false;
+    const a = lease('a', 300, 'lease:p', { mayAcquire: () => may });
+    await a.firstAttempt;
+    expect(a.lease.isLeader).toBe(false);
+    expect(await redis.get('lease:p')).toBeNull();
+    may = true;
+    await a.acquired;
+    expect(await redis.get('lease:p')).toBe('a');
+  });
+
+  it('counts an attempt in flight: two free leases started together under a limit of one end with one led', async () => {
+    // The limit of lease-choice.ts in miniature: nothing led or being taken (`leases` holds
+    // each lease before it starts).
+    const free = () => leases.every((l) => !l.isLeader && !l.isAcquiring);
+    const p = lease('a', 60_000, 'lease:p', { mayAcquire: free });
+    const q = lease('a', 60_000, 'lease:q', { mayAcquire: free });
+    await Promise.all([p.firstAttempt, q.firstAttempt]);
+    expect([p.lease.isLeader, q.lease.isLeader].filter(Boolean)).toHaveLength(1);
+    expect(await redis.exists('lease:p', 'lease:q')).toBe(1);
   });
 });

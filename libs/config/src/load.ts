@@ -72,6 +72,28 @@ function readFileText(path: string, readFile: ReadFile): string {
   }
 }
 
+/** Who this dispatcher is and which pools it may lead; SLUICE_POOLS names configured pools only. */
+function dispatcherConfig(
+  vars: EnvValues,
+  pools: readonly PoolConfig[],
+): SluiceConfig['dispatcher'] {
+  const id = vars.get('SLUICE_DISPATCHER_ID');
+  const allowed = vars.get('SLUICE_POOLS');
+  const unknown = allowed?.find((name) => !pools.some((pool) => pool.name === name));
+  if (unknown !== undefined)
+    throw invalid(
+      'SLUICE_POOLS',
+      vars.shown('SLUICE_POOLS'),
+      `names of configured pools (${pools.map((p) => p.name).join(', ') || 'none'}); ${show(unknown)} is not one`,
+    );
+  const maxLeasedPools = vars.get('SLUICE_MAX_LEASED_POOLS');
+  return {
+    ...(id === undefined ? {} : { id }),
+    ...(allowed === undefined ? {} : { pools: allowed }),
+    ...(maxLeasedPools === undefined ? {} : { maxLeasedPools }),
+  };
+}
+
 /**
  * Reads and validates the whole configuration. Throws `ConfigError` (code `ERR_SLUICE_CONFIG`)
  * with a one-line message at the first bad value. Unknown `SLUICE_*` / `ADMISSION_*`
@@ -165,7 +187,6 @@ export function loadConfig(
   }
 
   const replicaId = vars.get('SLUICE_REPLICA_ID');
-  const dispatcherId = vars.get('SLUICE_DISPATCHER_ID');
   return {
     redis: redisConfig(vars),
     http: httpConfig(vars),
@@ -194,7 +215,7 @@ export function loadConfig(
       ...(replicaId === undefined ? {} : { id: replicaId }),
       ttlMs: vars.must('SLUICE_REPLICA_TTL_MS'),
     },
-    dispatcher: dispatcherId === undefined ? {} : { id: dispatcherId },
+    dispatcher: dispatcherConfig(vars, pools),
     engine: {
       scrapeIntervalMs: vars.must('ENGINE_SCRAPE_INTERVAL_MS'),
       staleAfterFailures: vars.must('ENGINE_STALE_AFTER_FAILURES'),

@@ -180,6 +180,20 @@ export function hostPortList(example: string): Rule<HostPort[]> {
   };
 }
 
+/**
+ * A comma-separated list of names matching `pattern` (blanks around the commas allowed), at
+ * least one, no duplicates.
+ */
+export function nameList(pattern: RegExp, allowed: string): Rule<string[]> {
+  const fromText = (raw: string) => {
+    const list = raw.split(',').map((part) => part.trim());
+    if (list.some((name) => !pattern.test(name)) || new Set(list).size !== list.length)
+      return undefined;
+    return list;
+  };
+  return { allowed, fromText, fromValue: textOnly(fromText) };
+}
+
 /** Masks the credentials of a URL-like string for messages: `redis://***@host:6379`. */
 export function maskCredentials(raw: string): string {
   return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^@/]*@/i, '$1***@');

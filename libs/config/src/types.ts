@@ -183,7 +183,13 @@ export interface SluiceConfig {
   relay: { livenessMs: number; silenceTimeoutMs: number };
   lease: { ttlMs: number };
   replica: { id?: string; ttlMs: number };
-  dispatcher: { id?: string };
+  dispatcher: {
+    id?: string;
+    /** SLUICE_POOLS: the pools this dispatcher may lead, each a configured pool; absent: all. */
+    pools?: string[];
+    /** SLUICE_MAX_LEASED_POOLS: most pools led at once; absent: no limit. */
+    maxLeasedPools?: number;
+  };
   engine: {
     scrapeIntervalMs: number;
     staleAfterFailures: number;

@@ -11,6 +11,7 @@ import {
   oneOf,
   originUrl,
   hostPortList,
+  nameList,
   redisUrl,
   type Rule,
 } from './rules.js';
@@ -283,6 +284,20 @@ export const VARIABLES = {
   SLUICE_DISPATCHER_ID: v(id, {
     defaultText: 'generated',
     help: 'name of this dispatcher (lease holder)',
+  }),
+  SLUICE_POOLS: v(
+    nameList(
+      /^[a-z0-9-]+$/,
+      'a comma-separated list of pool names of the config, without duplicates, e.g. chat,code',
+    ),
+    {
+      defaultText: 'all pools',
+      help: 'the pools this dispatcher may lead; it has no lease, worker or metrics for the others',
+    },
+  ),
+  SLUICE_MAX_LEASED_POOLS: v(integer(1), {
+    defaultText: 'no limit',
+    help: 'how many pools this dispatcher leads at once; at the limit it does not contend for more',
   }),
   GPU_SOURCE: v(oneOf(GPU_SOURCES), {
     fallback: 'none',

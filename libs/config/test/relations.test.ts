@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { defaultDegradation, loadConfig } from '../src/index.js';
-import { configError, envError, files } from './helpers.js';
+import { configError, envError, fileError, files, loadFile } from './helpers.js';
 
 describe('relay timeouts: silence timeout > 2 x liveness', () => {
   it('refuses a timeout of exactly twice the liveness period, naming both', () => {
@@ -120,6 +120,43 @@ describe('SLUICE_CONFIG and VLLM_URL', () => {
     );
     expect(error.message).toMatch(
       /^SLUICE_CONFIG=".*" is invalid: expected a readable file \(ENOENT/,
+    );
+  });
+});
+
+describe('SLUICE_POOLS names configured pools', () => {
+  const yaml = [
+    'pools:',
+    '  - name: chat',
+    '    models: [chat]',
+    '    engines: [{ url: "http://e1:8000" }]',
+    '  - name: code',
+    '    models: [code]',
+    '    engines: [{ url: "http://e2:8000" }]',
+  ].join('\n');
+
+  it('keeps the listed pools, in the order given', () => {
+    expect(loadFile(yaml, { SLUICE_POOLS: 'code, chat' }).dispatcher.pools).toEqual([
+      'code',
+      'chat',
+    ]);
+  });
+
+  it('leaves every pool allowed when unset', () => {
+    expect(loadFile(yaml).dispatcher).not.toHaveProperty('pools');
+  });
+
+  it('refuses a name that is not a pool of the file, naming it and the pools there are', () => {
+    const error = fileError(yaml, { SLUICE_POOLS: 'chat,vision' });
+    expect(error.variable).toBe('SLUICE_POOLS');
+    expect(error.message).toBe(
+      'SLUICE_POOLS="chat,vision" is invalid: expected names of configured pools (chat, code); "vision" is not one',
+    );
+  });
+
+  it('refuses any name when no pool is configured', () => {
+    expect(envError({ SLUICE_POOLS: 'default' }).message).toBe(
+      'SLUICE_POOLS="default" is invalid: expected names of configured pools (none); "default" is not one',
     );
   });
 });

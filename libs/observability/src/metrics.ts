@@ -198,7 +198,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     gateClosed: new Counter({
       name: 'sluice_gate_closed_total',
-      help: 'Times the gate closed, by reason.',
+      help: 'Times the gate closed, by reason; a closed gate whose reason changes counts again with the new one.',
       labelNames: ['pool', 'reason'],
       registers,
     }),
