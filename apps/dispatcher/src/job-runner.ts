@@ -55,7 +55,8 @@ export class JobRunner {
       message: `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`,
     });
     hub.close(relay);
-    return this.discard(job, token, 'past_deadline');
+    // The frame first, as at the end of a run (runJob).
+    return hub.written().then(() => this.discard(job, token, 'past_deadline'));
   }
 
   /** Runs a job counted in flight by the ledger; never rejects. */
@@ -140,6 +141,11 @@ export class JobRunner {
       hub.close(relay);
     }
     metrics.completed.inc({ pool, outcome });
+    // The reply goes first: the client need not wait while Redis runs BullMQ's completion
+    // script (and the next take behind it). Should this process die between the two, the job
+    // stays active under a lock nobody renews; the stalled check fails it (maxStalledCount 0),
+    // so it never runs twice, and its client already has the whole answer.
+    await hub.written();
     // Fails when the job is no longer ours (lock lost, Redis restarted empty): nothing to record.
     if (outcome === 'ok') await job.moveToCompleted('ok', token, false).catch(() => {});
     else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});

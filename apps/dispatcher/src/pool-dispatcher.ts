@@ -7,7 +7,7 @@
 import type { GatePolicy } from '@sluice/admission';
 import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
-import type { KeySpace } from '@sluice/protocol';
+import { QUEUE_EVENTS_MAX_LEN, type KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
@@ -84,7 +84,11 @@ export class PoolDispatcher {
     const { keys, bullConnection, leaseTtlMs, metrics, log, now } = deps;
     const name = pool.name;
     const queueName = keys.queueName(name);
-    this.queue = new Queue(queueName, { connection: bullConnection, prefix: keys.prefix });
+    this.queue = new Queue(queueName, {
+      connection: bullConnection,
+      prefix: keys.prefix,
+      streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
+    });
     this.worker = new Worker(queueName, null, {
       connection: bullConnection,
       prefix: keys.prefix,

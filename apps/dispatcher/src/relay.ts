@@ -98,6 +98,8 @@ export class RelayHub {
   /** Frames made in this turn, per replica channel, in the order they were made. */
   private readonly outbox = new Map<string, Buffer[]>();
   private flushScheduled = false;
+  /** Waiting for this turn's frames to be written (see `written`). */
+  private writtenWaiters: Array<() => void> = [];
   private readonly timer: NodeJS.Timeout;
 
   constructor(
@@ -138,6 +140,16 @@ export class RelayHub {
     this.scheduleFlush();
   }
 
+  /**
+   * Resolves once the frames made so far are written to Redis (at the end of this turn), not
+   * answered: what is written after reaches Redis behind them. The job runner waits for it
+   * before BullMQ's completion, so a reply never queues behind that bookkeeping.
+   */
+  written(): Promise<void> {
+    if (!this.flushScheduled) return Promise.resolve();
+    return new Promise((resolve) => this.writtenWaiters.push(resolve));
+  }
+
   /** Stops the liveness timer and sends what this turn has made so far. */
   stop(): void {
     clearInterval(this.timer);
@@ -175,11 +187,16 @@ export class RelayHub {
     }
     this.outbox.clear();
     this.flushScheduled = false;
+    const waiters = this.writtenWaiters;
+    this.writtenWaiters = [];
     // A failed publish is not retried: the gateway notices the gap or the silence and
     // tells its client, which is the honest outcome.
     // PUBLISH answers the number of subscribers that got the message.
-    if (pipeline.length === 0) return;
-    pipeline.exec().then(
+    if (pipeline.length === 0) return waiters.forEach((resolve) => resolve());
+    const results = pipeline.exec();
+    // exec has written the pipeline to the socket (or queued it while Redis is away).
+    for (const resolve of waiters) resolve();
+    results.then(
       (results) => {
         const unheard = new Set<string>();
         results?.forEach(([err, receivers], i) => {

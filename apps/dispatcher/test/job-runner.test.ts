@@ -149,6 +149,37 @@ describe('job runner', () => {
     expect(await queue.getJobState(job.id!)).toBe('completed');
   });
 
+  it("publishes the end frame before BullMQ's completion of the job reaches Redis", async () => {
+    // MONITOR lists commands in the order Redis runs them: the client's reply must not wait
+    // behind the completion script.
+    const base = createRedis(server.url, { name: 'monitor', role: 'subscriber' });
+    const monitor = await base.monitor();
+    const seen: string[][] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
+    try {
+      const { job, entry, replica } = await take();
+      await runner().run(entry);
+      ledger.complete(entry);
+      const jobKey = `${keys.prefix}:pool-p:${job.id!}`;
+      const isCompletion = (args: string[]) =>
+        /^eval(sha)?$/i.test(args[0]!) && args.includes(jobKey) && args.includes('completed');
+      const completion = await eventually(() => {
+        const at = seen.findIndex(isCompletion);
+        return at < 0 ? undefined : at;
+      }, 'the completion in MONITOR');
+      const channel = keys.replyChannel(replica);
+      const lastPublish = seen.findLastIndex(
+        (args) => args[0]!.toLowerCase() === 'publish' && args[1] === channel,
+      );
+      expect(lastPublish).toBeGreaterThanOrEqual(0);
+      expect(lastPublish).toBeLessThan(completion);
+      expect(await queue.getJobState(job.id!)).toBe('completed');
+    } finally {
+      monitor.disconnect();
+      base.disconnect();
+    }
+  });
+
   it('skips a job whose gateway replica is gone: the engine never sees it, the job fails', async () => {
     const before = (await sim.state()).receivedTotal as number;
     const gone = await skipped('client_gone');

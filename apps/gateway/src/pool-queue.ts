@@ -6,6 +6,7 @@ import type { PoolConfig } from '@sluice/config';
 import {
   bullPriority,
   decodePoolStats,
+  QUEUE_EVENTS_MAX_LEN,
   type JobPayload,
   type KeySpace,
   type LongPromptStats,
@@ -98,7 +99,11 @@ export class PoolQueue {
     private readonly now: () => number,
   ) {
     const name = keys.queueName(pool.name);
-    this.queue = new Queue(name, { connection: bullConnection, prefix: keys.prefix });
+    this.queue = new Queue(name, {
+      connection: bullConnection,
+      prefix: keys.prefix,
+      streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
+    });
     // Every key the reserve script touches, those it builds from jobKeyPrefix included,
     // carries the pool's hash tag: on a Cluster the script runs on one slot.
     this.waitKey = keys.queueKey(pool.name, 'wait');

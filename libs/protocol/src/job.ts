@@ -96,3 +96,14 @@ export function bullPriority(priority: number, maxPriority: number, level: Queue
   const urgency = maxPriority - Math.min(priority, maxPriority);
   return urgency * 3 + LEVELS[level] + 1;
 }
+
+/**
+ * Length of each queue's BullMQ events stream (`<queue>:events`). Every add, take and
+ * completion appends to it and BullMQ cannot switch it off, but Sluice reads no queue events
+ * (replies travel on pub/sub): the stream is only memory, 10,000 entries per pool by default.
+ * BullMQ trims approximately (`XADD MAXLEN ~`), in whole nodes of `stream-node-max-entries`
+ * (100 by default), so 100 keeps one or two nodes: a short tail left for a person debugging
+ * with XRANGE. BullMQ's Queue stores it in the queue's meta hash, where its scripts read it:
+ * the gateway's and the dispatcher's Queue must pass the same value.
+ */
+export const QUEUE_EVENTS_MAX_LEN = 100;

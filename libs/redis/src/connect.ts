@@ -35,15 +35,74 @@ export type RedisRole =
  */
 export const COMMAND_TIMEOUT_MS = 1000;
 
+/**
+ * Commands that block their connection until data arrives. ioredis's auto-pipelining sends
+ * one pipeline per connection at a time and holds what comes meanwhile until its replies are
+ * in, so a blocking command in one would hold back every command behind it for as long as it
+ * blocks; sent on their own they go out at once. BullMQ blocks (BZPOPMIN) only on the
+ * connection it duplicates for that, which inherits these options.
+ */
+const BLOCKING_COMMANDS = [
+  'blpop',
+  'brpop',
+  'brpoplpush',
+  'blmove',
+  'blmpop',
+  'bzpopmin',
+  'bzpopmax',
+  'bzmpop',
+  'xread',
+  'xreadgroup',
+  'wait',
+  'waitaof',
+];
+
+/**
+ * One pipeline per event-loop turn on the request path: ioredis's auto-pipelining gathers the
+ * commands issued in a turn and sends them on `setImmediate`. It keeps one pipeline out per
+ * connection and holds the next until the replies are in; fine for the request path's small
+ * commands. Not for `bullmq`: measured there (overhead bench), that wait serialised every
+ * take, completion and add of the process behind one round trip and cut the rate to a third;
+ * BullMQ's connection writes once per turn by corking instead (`corkPerTurn`).
+ */
+const onePipelinePerTurn: RedisOptions = {
+  enableAutoPipelining: true,
+  autoPipeliningIgnoredCommands: BLOCKING_COMMANDS,
+};
+
 const roleOptions: Record<RedisRole, RedisOptions> = {
   command: {
     maxRetriesPerRequest: 1,
-    enableAutoPipelining: true,
+    ...onePipelinePerTurn,
     commandTimeout: COMMAND_TIMEOUT_MS,
   },
   subscriber: { maxRetriesPerRequest: null },
   bullmq: { maxRetriesPerRequest: null, enableReadyCheck: true },
 };
+
+/**
+ * One socket write per event-loop turn without waiting for replies: the socket is corked at
+ * the first write of a turn and uncorked on `setImmediate`, so the commands of the turn leave
+ * in one writev and the next turn's go out while these are still answered. Small writes were
+ * the largest CPU item of the gateway and the dispatcher. Each reconnect brings a new socket.
+ * BullMQ's blocking connection is a `duplicate()` made without this: it sends one BZPOPMIN at a
+ * time, so there is nothing to gather.
+ */
+function corkPerTurn(redis: NodeRedis): NodeRedis {
+  redis.on('connect', () => {
+    const socket = redis.stream;
+    const write = socket.write;
+    const uncork = () => socket.uncork();
+    socket.write = function (this: typeof socket, ...args: Parameters<typeof write>) {
+      if (socket.writableCorked === 0) {
+        socket.cork();
+        setImmediate(uncork);
+      }
+      return write.apply(this, args);
+    } as typeof write;
+  });
+  return redis;
+}
 
 export interface RedisConnectOptions {
   /** Shown by CLIENT LIST: `sluice:<component>:<id>:<role>`. */
@@ -109,7 +168,8 @@ function createCluster(
   const options: ClusterOptions = {
     clusterRetryStrategy: backoff,
     enableReadyCheck: true,
-    enableAutoPipelining: role === 'command',
+    // A Cluster pipelines by itself: the option of its node connections is not read.
+    ...(role === 'command' ? onePipelinePerTurn : {}),
     // BullMQ reads maxRetriesPerRequest from here (it must be null on its connections), and
     // each node connection takes these options; nodes never reconnect on their own, the
     // cluster does (clusterRetryStrategy).
@@ -160,8 +220,9 @@ export function createRedis(
     ...roleOptions[role],
   };
   const tls = tlsOptions(topology);
+  const perTurn = (redis: NodeRedis) => (role === 'bullmq' ? corkPerTurn(redis) : redis);
   if (topology.kind === 'single')
-    return new NodeRedis(topology.url, { ...common, ...(tls ? { tls } : {}) });
+    return perTurn(new NodeRedis(topology.url, { ...common, ...(tls ? { tls } : {}) }));
   const redis = new NodeRedis({
     ...common,
     sentinels: topology.sentinels.map(({ host, port }) => ({ host, port })),
@@ -176,5 +237,5 @@ export function createRedis(
     reconnectOnError: onReadonly,
   });
   addresses.set(redis, `master ${topology.masterName} via sentinels ${list(topology.sentinels)}`);
-  return redis;
+  return perTurn(redis);
 }
