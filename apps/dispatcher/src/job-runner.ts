@@ -1,12 +1,14 @@
 // Runs one released job: checks its client is still there, registers it for cancellation,
 // applies the pool's degradation, calls the engine, relays the answer, and records the
-// outcome in BullMQ. Also the two ways a taken job ends without running (skipped, expired).
+// outcome for the release loop to record (handover.ts). Also the two ways a taken job ends
+// without running (skipped, expired).
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Job } from 'bullmq';
 import type { CancelBook, CancelledError } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
 import type { FairShare } from './fair-share.js';
+import type { RunOutcome } from './handover.js';
 import type { InflightJob } from './ledger.js';
 import { OutputTokens } from './output-tokens.js';
 import type { RelayHub } from './relay.js';
@@ -59,13 +61,18 @@ export class JobRunner {
     return hub.written().then(() => this.discard(job, token, 'past_deadline'));
   }
 
-  /** Runs a job counted in flight by the ledger; never rejects. */
-  async run(entry: InflightJob): Promise<void> {
+  /**
+   * Runs a job counted in flight by the ledger; never rejects. Resolves with the outcome to
+   * record in BullMQ once the reply is written, or undefined when the job needs no record
+   * (skipped, which records it itself) or the run failed.
+   */
+  async run(entry: InflightJob): Promise<RunOutcome | undefined> {
     try {
-      await this.runJob(entry);
+      return await this.runJob(entry);
     } catch (err) {
       // Nothing above is meant to throw; should something, the process must not die of it.
       this.deps.log.error({ jobId: entry.id, err }, 'job run failed');
+      return undefined;
     }
   }
 
@@ -86,10 +93,10 @@ export class JobRunner {
     }
   }
 
-  private async runJob(entry: InflightJob): Promise<void> {
+  private async runJob(entry: InflightJob): Promise<RunOutcome | undefined> {
     const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
     const { job, token, engine, payload, work, id: jobId } = entry;
-    const skip = (reason: string) => this.discard(job, token, reason);
+    const skip = (reason: string) => this.discard(job, token, reason).then(() => undefined);
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
     const controller = cancels.register(jobId);
     if (controller.signal.aborted) {
@@ -146,8 +153,6 @@ export class JobRunner {
     // stays active under a lock nobody renews; the stalled check fails it (maxStalledCount 0),
     // so it never runs twice, and its client already has the whole answer.
     await hub.written();
-    // Fails when the job is no longer ours (lock lost, Redis restarted empty): nothing to record.
-    if (outcome === 'ok') await job.moveToCompleted('ok', token, false).catch(() => {});
-    else await job.moveToFailed(new Error(outcome), token, false).catch(() => {});
+    return outcome;
   }
 }

@@ -1,6 +1,7 @@
 // The release loop of one pool, the choosing half of the dispatcher: take a job only while
 // the gate is open and this dispatcher leads, then place it: release it to the engine the
-// release order names (counted by the ledger, run by the job runner) or hold it back.
+// release order names (counted by the ledger, run by the job runner) or hold it back. A run
+// that ends may hand its slot straight to the next job (handover.ts) instead of a take.
 import {
   classify,
   gateDecision,
@@ -14,8 +15,9 @@ import { ProtocolError, validateJobPayload, type JobPayload } from '@sluice/prot
 import type { Job, Worker } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
 import type { FairShare } from './fair-share.js';
+import { mayHandOver, recordOutcome, type RunOutcome } from './handover.js';
 import type { Holding } from './holding.js';
-import type { InflightLedger } from './ledger.js';
+import type { InflightJob, InflightLedger } from './ledger.js';
 import type { JobRunner } from './job-runner.js';
 
 export interface ReleaseLoopDeps {
@@ -40,6 +42,8 @@ export class ReleaseLoop {
   private wakeUp: (() => void) | undefined;
   private running: Promise<void> | undefined;
   private tokenCounter = 0;
+  /** Blocked in `getNextJob`: a run that ends leaves the next job to this take. */
+  private taking = false;
 
   constructor(private readonly deps: ReleaseLoopDeps) {}
 
@@ -114,6 +118,7 @@ export class ReleaseLoop {
       }
       const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
       let job: Job | undefined;
+      this.taking = true;
       try {
         job = await worker.getNextJob(token, { block: true });
       } catch (err) {
@@ -121,6 +126,8 @@ export class ReleaseLoop {
         this.deps.log.error({ err, pool: this.deps.pool.name }, 'getNextJob failed');
         await new Promise((r) => setTimeout(r, 200));
         continue;
+      } finally {
+        this.taking = false;
       }
       if (!job) continue;
       markStage('dispatcher.job');
@@ -184,10 +191,41 @@ export class ReleaseLoop {
     const { ledger, runner, fairShare } = this.deps;
     const entry = ledger.begin(job, token, engine, payload, long);
     fairShare?.released(entry.id, payload);
-    void runner.run(entry).finally(() => {
-      ledger.complete(entry);
-      fairShare?.ended(payload);
-    });
+    void runner.run(entry).then((outcome) => this.settle(entry, outcome));
+  }
+
+  /**
+   * Records how `entry`'s run ended and frees its slot, handing it to the next job when that
+   * may go (see handover.ts). The slot stays counted until BullMQ answered; the job it
+   * fetched is placed in the same turn the slot is freed, so the gate never sees it free.
+   */
+  private async settle(entry: InflightJob, outcome: RunOutcome | undefined): Promise<void> {
+    const { ledger, fairShare, worker, metrics, pool } = this.deps;
+    let next: Job | undefined;
+    if (outcome !== undefined) {
+      const fetchNext = mayHandOver(entry, {
+        engines: this.deps.engines,
+        policy: this.deps.policy,
+        now: this.deps.now(),
+        loopTaking: this.taking,
+        promotedPending: this.deps.holding.held.promoted !== undefined,
+        fairShare: fairShare !== undefined,
+        mayTake: this.deps.mayTake(),
+      });
+      next = await recordOutcome(worker, entry, outcome, fetchNext);
+      // The lease went while BullMQ answered: the job goes back for the next leader, before
+      // the slot is freed, so closing waits for the move (the ledger is not idle yet).
+      if (next && !this.deps.mayTake()) {
+        await next.moveToWait(entry.token).catch(() => {});
+        next = undefined;
+      }
+    }
+    ledger.complete(entry);
+    fairShare?.ended(entry.payload);
+    if (!next) return;
+    metrics.handovers.inc({ pool: pool.name });
+    markStage('dispatcher.job');
+    this.place(next, entry.token);
   }
 
   /** Why the gate is closed, as the first engine's decision says. */

@@ -22,8 +22,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
 import { PoolLoad } from '../src/degrade.ts';
 import { createEngineSlot } from '../src/engine-slot.ts';
+import { recordOutcome } from '../src/handover.ts';
 import { JobRunner } from '../src/job-runner.ts';
-import { InflightLedger } from '../src/ledger.ts';
+import { InflightLedger, type InflightJob } from '../src/ledger.ts';
 import { PrefillRate } from '../src/prefill-tracker.ts';
 import { RelayHub } from '../src/relay.ts';
 import { ReplicaLiveness } from '../src/replicas.ts';
@@ -131,14 +132,21 @@ async function take(opts: { alive?: boolean; maxTokens?: number } = {}) {
   return { job, entry, frames, replica };
 }
 
+/** Runs `entry` as the release loop does: the run, then its outcome recorded, then the slot freed. */
+async function runAndRecord(entry: InflightJob, run = runner()) {
+  const outcome = await run.run(entry);
+  if (outcome !== undefined) await recordOutcome(worker, entry, outcome, false);
+  ledger.complete(entry);
+  return outcome;
+}
+
 const skipped = async (reason: string) =>
   (await metrics.skipped.get()).values.find((v) => v.labels['reason'] === reason)?.value ?? 0;
 
 describe('job runner', () => {
   it('runs a job on its engine, relays start, head, data and end, and completes the job', async () => {
     const { job, entry, frames } = await take();
-    await runner().run(entry);
-    ledger.complete(entry);
+    await runAndRecord(entry);
     // Frames reach the subscriber after the run has published them.
     await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
     const types = frames.map((f) => f.type);
@@ -158,8 +166,7 @@ describe('job runner', () => {
     monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
     try {
       const { job, entry, replica } = await take();
-      await runner().run(entry);
-      ledger.complete(entry);
+      await runAndRecord(entry);
       const jobKey = `${keys.prefix}:pool-p:${job.id!}`;
       const isCompletion = (args: string[]) =>
         /^eval(sha)?$/i.test(args[0]!) && args.includes(jobKey) && args.includes('completed');
@@ -184,8 +191,7 @@ describe('job runner', () => {
     const before = (await sim.state()).receivedTotal as number;
     const gone = await skipped('client_gone');
     const { job, entry } = await take({ alive: false });
-    await runner().run(entry);
-    ledger.complete(entry);
+    await runAndRecord(entry);
     expect(await queue.getJobState(job.id!)).toBe('failed');
     expect(await skipped('client_gone')).toBe(gone + 1);
     expect((await sim.state()).receivedTotal).toBe(before);
@@ -195,8 +201,7 @@ describe('job runner', () => {
     const before = (await sim.state()).receivedTotal as number;
     const { job, entry } = await take();
     cancels.cancel(job.id!, 'client went');
-    await runner().run(entry);
-    ledger.complete(entry);
+    await runAndRecord(entry);
     expect(await queue.getJobState(job.id!)).toBe('failed');
     expect((await sim.state()).receivedTotal).toBe(before);
   });
@@ -210,9 +215,8 @@ describe('job runner', () => {
     try {
       const { job, entry, frames } = await take();
       await expect(
-        runner(new ReplicaLiveness(gone, keys, 0, 0, Date.now)).run(entry),
-      ).resolves.toBeUndefined();
-      ledger.complete(entry);
+        runAndRecord(entry, runner(new ReplicaLiveness(gone, keys, 0, 0, Date.now))),
+      ).resolves.toBe('ok');
       await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
       expect(await queue.getJobState(job.id!)).toBe('completed');
     } finally {
@@ -222,11 +226,10 @@ describe('job runner', () => {
 
   it('tells the client dispatcher_lost and frees the engine slot when its job is lost mid-stream', async () => {
     const { job, entry, frames } = await take({ maxTokens: 100_000 });
-    const run = runner().run(entry);
+    const run = runAndRecord(entry);
     await eventually(() => frames.some((f) => f.type === 'data'), 'the first data frame');
     cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
-    await run;
-    ledger.complete(entry);
+    expect(await run).not.toBe('ok');
     const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
     expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
     expect(await queue.getJobState(job.id!)).toBe('failed');
@@ -237,8 +240,7 @@ describe('job runner', () => {
     const before = (await sim.state()).receivedTotal as number;
     const { job, entry, frames } = await take();
     cancels.cancel(job.id!, 'the job lock was lost', 'dispatcher_lost');
-    await runner().run(entry);
-    ledger.complete(entry);
+    await runAndRecord(entry);
     const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
     expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
     expect((await sim.state()).receivedTotal).toBe(before);

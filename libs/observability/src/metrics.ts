@@ -118,6 +118,12 @@ export function dispatcherMetrics(registry: Registry) {
       labelNames: ['pool', 'engine'],
       registers,
     }),
+    handovers: new Counter({
+      name: 'sluice_handovers_total',
+      help: "Jobs taken in the same Redis call that completed the previous job on the slot (BullMQ's moveToFinished with fetchNext), without the release loop's take.",
+      labelNames: ['pool'],
+      registers,
+    }),
     tenantQueued: new Gauge({
       name: 'sluice_tenant_queued',
       help: "A tenant's queued (not yet released) requests in the pool, held ones included; the leader's reading.",
