@@ -15,8 +15,8 @@ export interface HandoverView {
   engines: readonly EngineSlot[];
   policy: GatePolicy;
   now: number;
-  /** The release loop is blocked in a take: it gets the next job itself. */
-  loopTaking: boolean;
+  /** The release loop waits for BullMQ's marker: it gets the next job itself. */
+  loopWaiting: boolean;
   /** A held job was promoted: it goes first, and BullMQ's next may not be it. */
   promotedPending: boolean;
   /** The pool has a fair share among tenants: its pick, not BullMQ's next, goes first. */
@@ -31,7 +31,7 @@ export interface HandoverView {
  * the release order (`place`), which may hold it back like any other.
  */
 export function mayHandOver(ending: InflightJob, view: HandoverView): boolean {
-  if (!view.mayTake || view.loopTaking || view.promotedPending || view.fairShare) return false;
+  if (!view.mayTake || view.loopWaiting || view.promotedPending || view.fairShare) return false;
   const freed = view.engines.map((e) =>
     e === ending.engine ? { ...e, inflight: e.inflight - 1 } : e,
   );

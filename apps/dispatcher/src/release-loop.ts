@@ -42,8 +42,13 @@ export class ReleaseLoop {
   private wakeUp: (() => void) | undefined;
   private running: Promise<void> | undefined;
   private tokenCounter = 0;
-  /** Blocked in `getNextJob`: a run that ends leaves the next job to this take. */
-  private taking = false;
+  /**
+   * In a take that waits for BullMQ's marker (the last take found the queue empty): a run
+   * that ends leaves the next job to it. A take that found a job last goes straight to
+   * `moveToActive`, and a handover beside it takes the job after.
+   */
+  private waitingForMarker = false;
+  private lastTakeEmpty = true;
 
   constructor(private readonly deps: ReleaseLoopDeps) {}
 
@@ -118,7 +123,7 @@ export class ReleaseLoop {
       }
       const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
       let job: Job | undefined;
-      this.taking = true;
+      this.waitingForMarker = this.lastTakeEmpty;
       try {
         job = await worker.getNextJob(token, { block: true });
       } catch (err) {
@@ -127,8 +132,9 @@ export class ReleaseLoop {
         await new Promise((r) => setTimeout(r, 200));
         continue;
       } finally {
-        this.taking = false;
+        this.waitingForMarker = false;
       }
+      this.lastTakeEmpty = job === undefined;
       if (!job) continue;
       markStage('dispatcher.job');
       if (!this.deps.mayTake()) {
@@ -207,7 +213,7 @@ export class ReleaseLoop {
         engines: this.deps.engines,
         policy: this.deps.policy,
         now: this.deps.now(),
-        loopTaking: this.taking,
+        loopWaiting: this.waitingForMarker,
         promotedPending: this.deps.holding.held.promoted !== undefined,
         fairShare: fairShare !== undefined,
         mayTake: this.deps.mayTake(),

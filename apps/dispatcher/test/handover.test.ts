@@ -29,7 +29,7 @@ function view(engines: EngineSlot[], over: Partial<HandoverView> = {}): Handover
     engines,
     policy,
     now: NOW,
-    loopTaking: false,
+    loopWaiting: false,
     promotedPending: false,
     fairShare: false,
     mayTake: true,
@@ -59,7 +59,7 @@ describe('mayHandOver', () => {
   it('leaves the next job to the loop, the share or the promoted job when they choose', () => {
     const a = engine('a', 4, 4);
     for (const over of [
-      { loopTaking: true },
+      { loopWaiting: true },
       { promotedPending: true },
       { fairShare: true },
       { mayTake: false },
