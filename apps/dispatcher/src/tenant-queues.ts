@@ -12,13 +12,13 @@ const SCAN_LIMIT = 64;
 // For each tenant set: its size and its first member that is waiting in BullMQ's queue (in
 // the prioritized set, or in the wait list where a move to the front put it). Members held
 // back (delayed) or running (active, until the leader's removal lands) are skipped; members
-// whose job is gone, and whose add is not in progress (no reservation), are dropped.
+// whose job is gone are dropped (a gateway adds the member and the job in one transaction).
 // First of all, the job BullMQ takes next (the wait list's end, else the prioritized set's
 // first), so a move to the front is sent only when the pick differs.
-// KEYS: prioritized, wait, admissions, then one set per tenant. ARGV: job key prefix, limit.
+// KEYS: prioritized, wait, then one set per tenant. ARGV: job key prefix, limit.
 const headsScript = `local out = {}
 out[1] = redis.call('lindex', KEYS[2], -1) or redis.call('zrange', KEYS[1], 0, 0)[1] or ''
-for i = 4, #KEYS do
+for i = 3, #KEYS do
   local n = redis.call('zcard', KEYS[i])
   local head = ''
   for _, id in ipairs(redis.call('zrange', KEYS[i], 0, tonumber(ARGV[2]) - 1)) do
@@ -26,7 +26,7 @@ for i = 4, #KEYS do
       head = id
       break
     end
-    if redis.call('exists', ARGV[1] .. id) == 0 and not redis.call('zscore', KEYS[3], id) then
+    if redis.call('exists', ARGV[1] .. id) == 0 then
       redis.call('zrem', KEYS[i], id)
       n = n - 1
     end
@@ -67,7 +67,6 @@ export class TenantQueues {
     this.keys = [
       keySpace.queueKey(pool, 'prioritized'),
       keySpace.queueKey(pool, 'wait'),
-      keySpace.admissions(pool),
       ...tenants.map((t) => keySpace.tenantQueued(pool, t)),
     ];
   }

@@ -75,12 +75,4 @@ describe('tenant queues', () => {
     queues.remove('alpha', 'a1');
     expect(await redis.zrange(keys.tenantQueued('p', 'alpha'), 0, -1)).toEqual(['a2', 'a3']);
   });
-
-  it("keeps a member whose gateway's add is still in progress (its reservation stands)", async () => {
-    await redis.zadd(keys.admissions('p'), Date.now() + 10_000, 'pending');
-    await redis.zadd(keys.tenantQueued('p', 'gamma'), 1, 'pending');
-    const reading = await queues.read();
-    expect(reading.tenants[2]).toEqual({ tenant: 'gamma', queued: 1, head: undefined });
-    expect(await redis.zcard(keys.tenantQueued('p', 'gamma'))).toBe(1);
-  });
 });

@@ -13,7 +13,7 @@ import {
   type QueueLevel,
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
-import { Queue } from 'bullmq';
+import { Job, Queue } from 'bullmq';
 import { withTimeout } from './timeout.js';
 
 /** What became of a job the gateway tried to take back from the queue. */
@@ -28,58 +28,55 @@ export interface QueuedTenant {
   maxQueued?: number;
 }
 
-// Admission to the queue, exact across replicas and concurrent requests: counts the pool's
-// queued jobs (plain wait list + prioritised set + long prompts the dispatcher holds back in
-// the delayed set) plus the places reserved by adds still in progress, and reserves a place when under the bound. A reservation whose job already
-// exists is dropped on the spot (the job is counted in the queue, or has left it), so a
-// place is never counted twice; one whose gateway died mid-add expires on its own.
-//
-// It costs no round trip of its own: it goes on BullMQ's connection just before the add, in
-// the same flight, and Redis runs commands of one connection in order. A refusal leaves a
-// short-lived placeholder under the job's key, so the add that follows finds the id taken
-// and, as BullMQ documents for a duplicate job id, adds nothing.
+// Admission to the queue, exact across replicas and concurrent requests, for clients and
+// for anyone reading the queue: this script and BullMQ's add run in one MULTI, so nothing
+// runs between the count and the add. It counts the pool's queued jobs (plain wait list +
+// prioritised set + long prompts the dispatcher holds back in the delayed set) and refuses
+// at the bound by leaving a short-lived placeholder under the job's key (KEYS[4]): the add
+// behind it in the transaction finds the id taken and, as BullMQ documents for a duplicate
+// job id, adds nothing. Reserving a place beforehand instead (a sorted set, a ZREM after)
+// cost three more commands per request for the same exactness.
 //
 // With tenants, the job also joins its tenant's queued set (KEYS[5]), bounded by the tenant's
-// maxQueued (ARGV[6], 0 = none) in the same script, so the bound is exact across replicas
-// too. Members whose job is gone (and whose add is not in progress: its reservation is still
-// there) are dropped before a refusal, so only jobs still queued (or running, until the
-// dispatcher drops them at release) count.
-const reserveScript = `redis.call('zremrangebyscore', KEYS[3], '-inf', ARGV[2])
-for _, id in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
-  if redis.call('exists', ARGV[5] .. id) == 1 then redis.call('zrem', KEYS[3], id) end
-end
-local function refuse(code)
-  redis.call('hset', ARGV[5] .. ARGV[4], 'sluiceRefused', '1')
-  redis.call('pexpire', ARGV[5] .. ARGV[4], ARGV[3])
+// maxQueued (ARGV[3], 0 = none) in the same script, so the bound is exact across replicas
+// too. Members whose job is gone are dropped before a refusal, so only jobs still queued (or
+// running, until the dispatcher drops them at release) count.
+// KEYS: wait, prioritized, delayed, job key, [tenant set]. ARGV: bound, placeholder ms,
+// tenant bound, priority, job key prefix, job id.
+const admitScript = `local function refuse(code)
+  redis.call('hset', KEYS[4], 'sluiceRefused', '1')
+  redis.call('pexpire', KEYS[4], ARGV[2])
   return code
 end
 local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
-  + redis.call('zcard', KEYS[4])
 if n >= tonumber(ARGV[1]) then return refuse(-1) end
 if KEYS[5] then
-  local bound = tonumber(ARGV[6])
+  local bound = tonumber(ARGV[3])
   if bound > 0 and redis.call('zcard', KEYS[5]) >= bound then
     for _, id in ipairs(redis.call('zrange', KEYS[5], 0, -1)) do
-      if redis.call('exists', ARGV[5] .. id) == 0 and not redis.call('zscore', KEYS[3], id) then
-        redis.call('zrem', KEYS[5], id)
-      end
+      if redis.call('exists', ARGV[5] .. id) == 0 then redis.call('zrem', KEYS[5], id) end
     end
     if redis.call('zcard', KEYS[5]) >= bound then return refuse(-2) end
   end
-  redis.call('zadd', KEYS[5], ARGV[7], ARGV[4])
+  redis.call('zadd', KEYS[5], ARGV[4], ARGV[6])
 end
-redis.call('zadd', KEYS[3], ARGV[2] + ARGV[3], ARGV[4])
 return n`;
 
-const RESERVATION_MS = 10_000;
+/** How long a refusal's placeholder keeps the job id taken, should its removal not arrive. */
+const PLACEHOLDER_MS = 10_000;
 
 const CACHE_MS = 1000;
+
+/** Loads every script ioredis has defined on `client` (BullMQ's) into Redis's script cache. */
+async function loadScripts(client: Redis): Promise<void> {
+  const scripts = Object.values(client.scriptsSet as Record<string, { lua: string }>);
+  await Promise.all(scripts.map((script) => client.script('LOAD', script.lua)));
+}
 
 export class PoolQueue {
   readonly queue: Queue;
   private readonly waitKey: string;
   private readonly prioritizedKey: string;
-  private readonly reservedKey: string;
   private readonly delayedKey: string;
   private readonly jobKeyPrefix: string;
   private leaderSeen = { value: false, until: 0 };
@@ -104,11 +101,10 @@ export class PoolQueue {
       prefix: keys.prefix,
       streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
     });
-    // Every key the reserve script touches, those it builds from jobKeyPrefix included,
+    // Every key the admission script touches, those it builds from jobKeyPrefix included,
     // carries the pool's hash tag: on a Cluster the script runs on one slot.
     this.waitKey = keys.queueKey(pool.name, 'wait');
     this.prioritizedKey = keys.queueKey(pool.name, 'prioritized');
-    this.reservedKey = keys.admissions(pool.name);
     this.delayedKey = keys.queueKey(pool.name, 'delayed');
     this.jobKeyPrefix = keys.jobKey(pool.name, '');
   }
@@ -131,54 +127,78 @@ export class PoolQueue {
     payload: JobPayload,
     level: QueueLevel,
     tenant?: QueuedTenant,
+    retry = true,
   ): Promise<AddRefusal | undefined> {
     const priority = bullPriority(payload.priority, this.maxPriority, level);
-    const keys = [this.waitKey, this.prioritizedKey, this.reservedKey, this.delayedKey];
+    const keys = [this.waitKey, this.prioritizedKey, this.delayedKey, this.jobKey(jobId)];
     const args: Array<string | number> = [
       this.pool.queueDepth,
-      this.now(),
-      RESERVATION_MS,
-      jobId,
-      this.jobKeyPrefix,
-    ];
-    if (tenant) {
-      keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
-      args.push(tenant.maxQueued ?? 0, priority);
-    }
-    // Sent as EVAL, not EVALSHA: ioredis resends a script Redis does not know yet with EVAL
-    // after the failed EVALSHA, which would put the reservation behind the add.
-    const reserved = this.bullConnection.eval(
-      reserveScript,
-      keys.length,
-      ...keys,
-      ...args,
-    ) as Promise<number>;
-    const added = this.queue.add('completion', payload, {
-      jobId,
+      PLACEHOLDER_MS,
+      tenant?.maxQueued ?? 0,
       priority,
-      attempts: 1,
-      // Bodies are prompts: nothing stays in Redis once a request is answered.
-      removeOnComplete: true,
-      removeOnFail: true,
-    });
-    // Both settle before either outcome is acted on, so no rejection goes unobserved.
-    const [reservation, addition] = await Promise.allSettled([reserved, added]);
-    if (reservation.status === 'rejected') {
-      // The add may have run: take the job back if it is still queued, then report the error.
+      this.jobKeyPrefix,
+      jobId,
+    ];
+    if (tenant) keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
+    const job = new Job(
+      this.queue,
+      'completion',
+      payload,
+      {
+        jobId,
+        priority,
+        attempts: 1,
+        // Bodies are prompts: nothing stays in Redis once a request is answered.
+        removeOnComplete: true,
+        removeOnFail: true,
+      },
+      jobId,
+    );
+    // BullMQ's client is a proxy that runs its scripts on this very connection.
+    const bullClient = await this.queue.getBackend().client;
+    // The transaction is sent as plain commands on BullMQ's connection, all issued in this
+    // synchronous block, so no other command of this process comes between MULTI and EXEC.
+    // (An ioredis pipeline object would do the same but costs ~80 us to create on a
+    // connection that carries BullMQ's 64 scripts.) Each command answers QUEUED; EXEC answers
+    // the results.
+    const conn = this.bullConnection;
+    const opened = conn.multi({ pipeline: false });
+    const queuedAdmit = conn.eval(admitScript, keys.length, ...keys, ...args);
+    const queuedAdd = job.addJob(bullClient as never);
+    const executed = conn.exec();
+    let results: [Error | null, unknown][] | null;
+    try {
+      [, , , results] = await Promise.all([opened, queuedAdmit, queuedAdd, executed]);
+    } catch (err) {
+      // Wait for every reply, then take the job back if it was added after all.
+      await Promise.allSettled([opened, queuedAdmit, queuedAdd, executed]);
       await this.queue.remove(jobId).catch(() => 0);
-      throw reservation.reason;
+      throw err;
     }
-    const queued = Number(reservation.value);
+    const [admitted, added] = results ?? [];
+    if (!admitted || !added) throw new Error('the admission transaction was discarded');
+    // A transaction does not stop at a failed command: the add may have run.
+    if (admitted[0]) {
+      await this.queue.remove(jobId).catch(() => 0);
+      throw admitted[0];
+    }
+    const queued = Number(admitted[1]);
     if (queued < 0) {
       if (queued === -1) this.lastQueued = this.pool.queueDepth;
       // Gone before the refusal is answered; it would expire on its own should Redis be away.
       await this.redis.del(this.jobKey(jobId)).catch(() => {});
       return queued === -1 ? 'queue_full' : 'tenant_queue_full';
     }
-    this.redis.zrem(this.reservedKey, jobId).catch(() => {});
-    if (addition.status === 'rejected') {
-      if (tenant) this.redis.zrem(this.keys.tenantQueued(this.pool.name, tenant.name), jobId);
-      throw addition.reason;
+    if (added[0]) {
+      if (tenant) await this.redis.zrem(keys[4]!, jobId).catch(() => 0);
+      // Redis forgot BullMQ's scripts (SCRIPT FLUSH) while this connection had sent them:
+      // inside a transaction ioredis does not resend them, so they are loaded and the
+      // whole admission runs again (nothing was added).
+      if (retry && /NOSCRIPT/.test(added[0].message)) {
+        await loadScripts(conn);
+        return this.add(jobId, payload, level, tenant, false);
+      }
+      throw added[0];
     }
     this.lastQueued = queued + 1;
     return undefined;

@@ -18,8 +18,6 @@ export interface KeySpace {
   jobKey(pool: string, jobId: string): string;
   /** Lease held by the one dispatcher allowed to release this pool's jobs. */
   lease(pool: string): string;
-  /** Sorted set of queue places reserved by gateways whose add is in progress. */
-  admissions(pool: string): string;
   /**
    * Sorted set of one tenant's queued (not yet released) jobs in a pool, held ones included:
    * score the job's BullMQ priority, member the job id (time-ordered, so equal scores are
@@ -63,7 +61,6 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     queueKey,
     jobKey: (pool, jobId) => queueKey(pool, jobId),
     lease: (pool) => queueKey(pool, 'lease'),
-    admissions: (pool) => queueKey(pool, 'admissions'),
     poolStats: (pool) => queueKey(pool, 'stats'),
     tenantQueued: (pool, tenant) => queueKey(pool, `tenant:${part('tenant', tenant)}`),
     fairShare: (pool) => queueKey(pool, 'fair-share'),

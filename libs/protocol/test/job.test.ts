@@ -75,7 +75,6 @@ describe('key space', () => {
     expect(k.queueKey('reasoning', 'wait')).toBe('sluice:{pool-reasoning}:wait');
     expect(k.jobKey('reasoning', 'job-1')).toBe('sluice:{pool-reasoning}:job-1');
     expect(k.lease('reasoning')).toBe('sluice:{pool-reasoning}:lease');
-    expect(k.admissions('reasoning')).toBe('sluice:{pool-reasoning}:admissions');
     expect(k.poolStats('reasoning')).toBe('sluice:{pool-reasoning}:stats');
     expect(k.replicaAlive('gw-1')).toBe('sluice:{replicas}:gw-1');
     expect(k.replyChannel('gw-1')).toBe('sluice:reply:gw-1');
