@@ -101,7 +101,12 @@ describe('recordOutcome', () => {
     expect(await fx.queue.getJobState(next!.id!)).toBe('active');
     // The lock is ours: completing it with the token works, with another it would not.
     await expect(next!.moveToCompleted('ok', 'someone-else', false)).rejects.toThrow();
-    const none = await recordOutcome(fx.worker, { ...first, job: next!, id: next!.id! }, 'ok', true);
+    const none = await recordOutcome(
+      fx.worker,
+      { ...first, job: next!, id: next!.id! },
+      'ok',
+      true,
+    );
     expect(none).toBeUndefined();
     expect(await fx.queue.getJobState(next!.id!)).toBe('completed');
   });
