@@ -123,7 +123,7 @@ export class JobRunner {
       degraded = { body: payload.body, state: 'normal', degraded: false };
     }
     if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
-    const relay = hub.open(jobId, keys.replyChannel(payload.replica));
+    const relay = hub.open(jobId, keys.replyChannel(payload.replica), !payload.stream);
     metrics.released.inc({ pool, engine: engine.name });
     this.deps.released();
     relay.start({ engine: engine.name, loadState: degraded.state });

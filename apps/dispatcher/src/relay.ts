@@ -6,6 +6,10 @@
 // neither a Redis round trip nor a command of its own.
 // A relay that sent nothing for `livenessMs` sends an `alive` frame, so the gateway can
 // tell a long prefill from a dead dispatcher.
+//
+// The start frame waits for the engine's head (or the liveness tick, or the end) and goes in
+// the same message; a non-streaming answer (`whole`) keeps its head and body until the end,
+// so a short request costs one PUBLISH, not three.
 import {
   encodeBundle,
   encodeDataFrame,
@@ -25,6 +29,11 @@ export interface RelaySink {
 export class ReplyRelay {
   private seq = 0;
   private pending: Buffer[] = [];
+  /** The start, not sent yet, and when it was made. */
+  private startInfo: StartInfo | undefined;
+  private startedAt = 0;
+  /** A non-streaming answer's head, kept until the end with its body. */
+  private heldHead: HeadInfo | undefined;
   lastSentAt: number;
   finished = false;
 
@@ -33,43 +42,77 @@ export class ReplyRelay {
     private readonly channel: string,
     private readonly hub: RelayHub,
     now: number,
+    /** A non-streaming answer: its frames go out together at the end. */
+    private readonly whole = false,
   ) {
     this.lastSentAt = now;
   }
 
   start(info: StartInfo): void {
-    this.send({ type: 'start', jobId: this.jobId, seq: this.seq++, info });
+    this.startInfo = info;
+    this.startedAt = this.hub.clock();
   }
 
   head(info: HeadInfo): void {
-    this.send({ type: 'head', jobId: this.jobId, seq: this.seq++, info });
+    if (this.whole) this.heldHead = info;
+    else this.sendHead(info);
   }
 
   data(chunk: Buffer): void {
+    if (this.whole) {
+      this.pending.push(chunk);
+      return;
+    }
     if (this.pending.length === 0) this.hub.schedule(this);
     this.pending.push(chunk);
   }
 
   end(): void {
-    this.flush();
+    this.release();
     this.send({ type: 'end', jobId: this.jobId, seq: this.seq++ });
     this.finished = true;
   }
 
   error(info: ErrorInfo): void {
-    this.flush();
+    this.release();
     this.send({ type: 'error', jobId: this.jobId, seq: this.seq++, info });
     this.finished = true;
   }
 
   alive(now: number): void {
     if (this.finished || now - this.lastSentAt < this.hub.livenessMs) return;
-    this.send({ type: 'alive', jobId: this.jobId, seq: this.seq++ });
+    if (this.startInfo) this.sendStart();
+    else this.send({ type: 'alive', jobId: this.jobId, seq: this.seq++ });
   }
 
-  /** Publishes pending data as one frame. */
+  /** Everything made so far goes out, in order: the start, a kept head, the data. */
+  private release(): void {
+    if (this.heldHead) this.sendHead(this.heldHead);
+    else if (this.startInfo) this.sendStart();
+    this.flush();
+  }
+
+  private sendStart(): void {
+    const info = this.startInfo!;
+    this.startInfo = undefined;
+    const sentAfterMs = Math.max(0, this.hub.clock() - this.startedAt);
+    this.send({
+      type: 'start',
+      jobId: this.jobId,
+      seq: this.seq++,
+      info: { ...info, sentAfterMs },
+    });
+  }
+
+  private sendHead(info: HeadInfo): void {
+    this.heldHead = undefined;
+    if (this.startInfo) this.sendStart();
+    this.send({ type: 'head', jobId: this.jobId, seq: this.seq++, info });
+  }
+
+  /** Publishes pending data as one frame (a non-streaming answer's only at its end). */
   flush(): void {
-    if (this.pending.length === 0 || this.finished) return;
+    if (this.pending.length === 0 || this.finished || this.heldHead) return;
     const chunks = this.pending;
     this.pending = [];
     const message = encodeDataFrame(this.jobId, this.seq++, chunks);
@@ -114,8 +157,9 @@ export class RelayHub {
     this.timer.unref();
   }
 
-  open(jobId: string, channel: string): ReplyRelay {
-    const relay = new ReplyRelay(jobId, channel, this, this.now());
+  /** `whole`: a non-streaming answer, sent in one message at its end. */
+  open(jobId: string, channel: string, whole = false): ReplyRelay {
+    const relay = new ReplyRelay(jobId, channel, this, this.now(), whole);
     this.live.add(relay);
     return relay;
   }
@@ -206,6 +250,11 @@ export class RelayHub {
       },
       () => {},
     );
+  }
+
+  /** The hub's clock, for the relays. */
+  clock(): number {
+    return this.now();
   }
 
   private sendLiveness(): void {

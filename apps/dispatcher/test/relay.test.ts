@@ -1,7 +1,7 @@
 // Reply frames on a real Redis channel: order, sequence numbers, batching, liveness.
 import { decodeFrame, messageFrames, type Frame } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
-import { startRedis, type TestRedis } from '@sluice/test/support';
+import { eventually, startRedis, type TestRedis } from '@sluice/test/support';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { RelayHub } from '../src/relay.ts';
 
@@ -64,6 +64,69 @@ describe('reply relay', () => {
     expect(data.type === 'data' && data.chunk.toString()).toBe(
       Array.from({ length: 100 }, (_, i) => `data: ${i}\n\n`).join(''),
     );
+  });
+
+  it('keeps the start until the head and sends both in one message, saying how long it waited', async () => {
+    const { frames, messages, done } = await collect('c5', 'end');
+    let clock = 1000;
+    const hub = new RelayHub(publisher, 60_000, () => clock);
+    const relay = hub.open('job5', 'c5');
+    relay.start({ engine: 'e', loadState: 'normal' });
+    await hub.written();
+    // A marker published after the start's turn arrives first: the start was not sent.
+    await publisher.publish('c5', Buffer.from('A' + 'marker 0\n'));
+    await eventually(() => frames.length === 1, 'the marker');
+    clock = 1250;
+    relay.head({ status: 200, contentType: 'text/event-stream' });
+    await hub.written();
+    relay.data(Buffer.from('data: x\n\n'));
+    relay.end();
+    hub.close(relay);
+    hub.stop();
+    const all = (await done).slice(1);
+    expect(all.map((f) => f.type)).toEqual(['start', 'head', 'data', 'end']);
+    expect(all.map((f) => f.seq)).toEqual([0, 1, 2, 3]);
+    expect(all[0]).toMatchObject({ info: { engine: 'e', loadState: 'normal', sentAfterMs: 250 } });
+    // The marker, start + head, data + end.
+    expect(messages()).toBe(3);
+  });
+
+  it('sends a non-streaming answer as one message at its end, its body joined', async () => {
+    const { messages, done } = await collect('c6', 'end');
+    const hub = new RelayHub(publisher, 60_000, Date.now);
+    const relay = hub.open('job6', 'c6', true);
+    relay.start({ engine: 'e', loadState: 'normal' });
+    relay.head({ status: 200, contentType: 'application/json' });
+    for (const part of ['{"a":', '1', '}']) {
+      await hub.written();
+      relay.data(Buffer.from(part));
+    }
+    relay.end();
+    hub.close(relay);
+    hub.stop();
+    const frames = await done;
+    expect(frames.map((f) => f.type)).toEqual(['start', 'head', 'data', 'end']);
+    const data = frames[2]!;
+    expect(data.type === 'data' && data.chunk.toString()).toBe('{"a":1}');
+    expect(messages()).toBe(1);
+  });
+
+  it('sends a start still kept on the liveness tick, then alive frames', async () => {
+    const { frames, done } = await collect('c7', 'alive');
+    let clock = 5000;
+    const hub = new RelayHub(publisher, 50, () => clock);
+    const relay = hub.open('job7', 'c7', true);
+    relay.start({ engine: 'e', loadState: 'normal' });
+    relay.head({ status: 200, contentType: 'application/json' });
+    clock = 5080;
+    await eventually(() => frames.length === 1, 'the start on the tick');
+    expect(frames[0]).toMatchObject({ type: 'start', seq: 0, info: { sentAfterMs: 80 } });
+    clock = 5200;
+    await done;
+    expect(frames[1]).toMatchObject({ type: 'alive', seq: 1 });
+    relay.end();
+    hub.close(relay);
+    hub.stop();
   });
 
   it('sends alive frames while a job is quiet, and none after it finished', async () => {

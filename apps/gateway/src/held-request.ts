@@ -93,7 +93,7 @@ export class HeldRequest {
     this.expectedSeq += 1;
     switch (frame.type) {
       case 'start':
-        this.started(frame.info.engine, frame.info.loadState);
+        this.started(frame.info.engine, frame.info.loadState, frame.info.sentAfterMs ?? 0);
         break;
       case 'head':
         this.head(frame.info.status, frame.info.contentType);
@@ -159,7 +159,8 @@ export class HeldRequest {
     return () => this.takeBack(wasQueued, cancelReason);
   }
 
-  private started(engine: string, loadState: string): void {
+  /** `sentAfterMs`: how long after the release the dispatcher sent the start (with the head). */
+  private started(engine: string, loadState: string, sentAfterMs: number): void {
     if (this.state !== 'queued') return;
     markStage('gateway.frame-start');
     this.state = 'running';
@@ -169,7 +170,8 @@ export class HeldRequest {
     // A stream whose headers went out with a keep-alive learns the load state in-band.
     if (this.stream && this.res.headersSent && !this.res.destroyed)
       this.res.write(`: ${sluiceHeaders.loadState}: ${loadState}\n\n`);
-    this.hooks.onStarted(this, (this.hooks.now() - this.enqueuedAt) / 1000);
+    const waitedMs = this.hooks.now() - this.enqueuedAt - sentAfterMs;
+    this.hooks.onStarted(this, Math.max(0, waitedMs) / 1000);
   }
 
   private responseHeaders(): Record<string, string> {

@@ -146,6 +146,23 @@ describe('HeldRequest', () => {
     expect(h.cancels).toEqual([]);
   });
 
+  it('counts the queue wait up to the release, not up to the start frame that travelled with the head', async () => {
+    let clock = 10_000;
+    let waited: number | undefined;
+    const h = hooks({ now: () => clock, onStarted: (_held, seconds) => (waited = seconds) });
+    const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+    const answer = fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' });
+    const request = new HeldRequest('jw', 'm', false, 9_000, 9_000, await served, h);
+    request.hold();
+    clock = 12_500;
+    const info = { engine: 'e', loadState: 'normal', sentAfterMs: 1_500 };
+    request.onFrame(frame('jw', { type: 'start', info }, 0));
+    expect(waited).toBe(2);
+    request.onFrame(frame('jw', { type: 'head', info: { status: 200, contentType: 'a/b' } }, 1));
+    request.onFrame(frame('jw', { type: 'end' }, 2));
+    expect((await answer).status).toBe(200);
+  });
+
   it('answers a parked client whose job Redis lost 503 queue_lost at the park limit, not park_timeout', async () => {
     const h = hooks({ maxParkMs: 300 });
     const { request, answer } = await held('lost', h);

@@ -19,6 +19,11 @@ export interface StartInfo {
   engine: string;
   /** Load state that applied at release (degradation; 'normal' until then). */
   loadState: string;
+  /**
+   * Milliseconds between the release and this frame's sending: the start travels with the
+   * engine's head (or the liveness tick), and the gateway takes this off its queue wait.
+   */
+  sentAfterMs?: number;
 }
 
 export interface HeadInfo {
@@ -141,8 +146,13 @@ export function decodeFrame(message: Buffer): Frame {
   switch (type) {
     case 'data':
       return { type, jobId, seq, chunk: payload };
-    case 'start':
-      return { type, jobId, seq, info: parseInfo(type, payload) as StartInfo };
+    case 'start': {
+      const info = parseInfo(type, payload) as StartInfo;
+      const after = info.sentAfterMs;
+      if (after !== undefined && !(typeof after === 'number' && after >= 0 && after < Infinity))
+        throw new ProtocolError('start frame field sentAfterMs must be a non-negative number');
+      return { type, jobId, seq, info };
+    }
     case 'head':
       return { type, jobId, seq, info: parseInfo(type, payload) as HeadInfo };
     case 'error': {

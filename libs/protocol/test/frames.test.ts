@@ -22,7 +22,10 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
     type: fc.constant('start' as const),
     jobId,
     seq,
-    info: fc.record({ engine: fc.string(), loadState: fc.string() }),
+    info: fc.record(
+      { engine: fc.string(), loadState: fc.string(), sentAfterMs: fc.nat() },
+      { requiredKeys: ['engine', 'loadState'] },
+    ),
   }),
   fc.record({
     type: fc.constant('head' as const),
@@ -89,6 +92,11 @@ describe('reply frames', () => {
     ['a head frame that is not JSON', 'Hjob 0\n{oops', /head frame payload is not JSON/],
     ['a head frame without status', 'Hjob 0\n{"contentType":"x"}', /field status must be a number/],
     ['an end frame with a payload', 'Ejob 2\nextra', /carries no payload/],
+    [
+      'a start frame sent a negative time after its release',
+      'Sjob 0\n{"engine":"e","loadState":"normal","sentAfterMs":-1}',
+      /sentAfterMs must be a non-negative number/,
+    ],
     ['an empty message', '', /unknown frame type/],
   ])('rejects %s with a ProtocolError', (_name, text, message) => {
     expect(() => decodeFrame(Buffer.from(text))).toThrow(ProtocolError);
