@@ -50,9 +50,14 @@ const WARMUP = 100;
 const REQUESTS = 300;
 const RUNS = 3;
 /** Closed-loop concurrency steps of the sustained-load part, and seconds per step. */
-const CONNECTIONS = [1, 2, 4, 8, 16, 32, 64];
+const CONNECTIONS = [1, 2, 4, 6, 8, 12, 16, 32, 64];
 const STEP_SECONDS = 3;
 const ADDED_P99_LIMIT_MS = 10;
+/** The throughput goals (issue #14): non-streaming, instant engine, on this 2-core machine. */
+const RATE_GOALS: Partial<Record<number, number>> = { 16: 1500, 32: 2000 };
+/** Per request: Redis commands, and CPU of gateway + dispatcher + Redis (ms). */
+const COMMANDS_GOAL = 40;
+const CPU_GOAL_MS = 0.8;
 
 const headers = { 'content-type': 'application/json' };
 const chat = (stream: boolean) =>
@@ -197,8 +202,8 @@ async function oneAtATime(figures: Figure[], runs: NonNullable<ScenarioResult['r
       ms('direct p99', direct99),
       ms('Sluice p50', sluice50),
       ms('Sluice p99', sluice99),
-      ms('added p50', added50, ['added p50 <= 1 ms', 1]),
-      ms('added p99', added99, ['added p99 <= 5 ms', 5]),
+      ms('added p50', added50, ['added p50 <= 3 ms', 3]),
+      ms('added p99', added99, ['added p99 <= 8 ms', 8]),
     );
   }
 }
@@ -233,7 +238,15 @@ async function sustained(figures: Figure[], notes: string[]) {
     const at = `${connections} connection${connections > 1 ? 's' : ''}`;
     figures.push(
       { name: `direct rate, ${at}`, value: round(direct.rate, 0), unit: 'req/s' },
-      { name: `Sluice rate, ${at}`, value: round(sluice.rate, 0), unit: 'req/s' },
+      {
+        name: `Sluice rate, ${at}`,
+        value: round(sluice.rate, 0),
+        unit: 'req/s',
+        ...(RATE_GOALS[connections] !== undefined && {
+          goal: `>= ${RATE_GOALS[connections]!.toLocaleString('en')} req/s`,
+          met: sluice.rate >= RATE_GOALS[connections]!,
+        }),
+      },
       { name: `direct p99, ${at}`, value: round(direct.p99), unit: 'ms' },
       { name: `Sluice p99, ${at}`, value: round(sluice.p99), unit: 'ms' },
       { name: `added p99, ${at}`, value: round(added), unit: 'ms' },
@@ -243,8 +256,8 @@ async function sustained(figures: Figure[], notes: string[]) {
     name: `highest Sluice rate with added p99 <= ${ADDED_P99_LIMIT_MS} ms`,
     value: round(sustainedRate, 0),
     unit: 'req/s',
-    goal: '>= 1,500 req/s',
-    met: sustainedRate >= 1500,
+    goal: '>= 1,000 req/s',
+    met: sustainedRate >= 1000,
     ...(sustainedRate === 0 && { note: 'added p99 was above the limit from the first step' }),
   });
   figures.push(
@@ -258,6 +271,18 @@ async function sustained(figures: Figure[], notes: string[]) {
       unit: 'ms',
     }),
   );
+  // The engine simulator stands in for the GPU: the broker's own cost is the other three.
+  const brokerCpuMs = Object.keys(pids).reduce(
+    (sum, name, i) => (name === 'engine' ? sum : sum + (used[i]! / requests) * 1000),
+    0,
+  );
+  figures.push({
+    name: 'CPU per Sluice request under load: gateway + dispatcher + Redis',
+    value: round(brokerCpuMs),
+    unit: 'ms',
+    goal: `<= ${CPU_GOAL_MS} ms`,
+    met: brokerCpuMs <= CPU_GOAL_MS,
+  });
   const after = await redisCalls(client);
   await client.quit();
   const delta = [...after].map(
@@ -268,6 +293,8 @@ async function sustained(figures: Figure[], notes: string[]) {
     name: 'Redis commands per Sluice request',
     value: round(perRequest, 1),
     unit: 'commands',
+    goal: `<= ${COMMANDS_GOAL}`,
+    met: perRequest <= COMMANDS_GOAL,
   });
   notes.push(
     `Redis commands per Sluice request (including those BullMQ's Lua scripts run, and the broker's background work during the steps), by command: ${delta

@@ -38,7 +38,7 @@ export const spans: Record<string, Span> = {
   },
   'gateway.enqueued': {
     from: 'gateway.enqueue',
-    spans: 'gateway to Redis and back: reservation and BullMQ add in one flight',
+    spans: 'gateway to Redis and back: the admission count and BullMQ add in one MULTI',
     hops: 2,
     critical: false,
   },
@@ -57,7 +57,7 @@ export const spans: Record<string, Span> = {
   },
   'gateway.frame-start': {
     from: 'dispatcher.engine-call',
-    spans: 'dispatcher to Redis to gateway: the start frame',
+    spans: 'dispatcher to Redis to gateway: the start frame, sent with the head',
     hops: 2,
     critical: false,
   },
