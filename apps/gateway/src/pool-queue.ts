@@ -14,6 +14,7 @@ import {
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Job, Queue } from 'bullmq';
+import type { ChainableCommander } from 'ioredis';
 import { withTimeout } from './timeout.js';
 
 /** What became of a job the gateway tried to take back from the queue. */
@@ -66,6 +67,49 @@ return n`;
 const PLACEHOLDER_MS = 10_000;
 
 const CACHE_MS = 1000;
+
+/** What the admission transaction's first command is queued on. */
+type Evaluator = Pick<Redis, 'eval'> | Pick<ChainableCommander, 'eval'>;
+
+/**
+ * Runs `admit` and then BullMQ's add of `job` in one MULTI on BullMQ's connection and answers
+ * EXEC's results. On a single Redis the transaction is sent as plain commands, all issued in
+ * one synchronous block, so no other command of this process comes between MULTI and EXEC
+ * (each answers QUEUED): an ioredis pipeline object would do the same but costs about 80 us
+ * to create on a connection that carries BullMQ's 64 scripts. A Cluster only runs
+ * transactions as pipelines (all keys in the pool's slot), so it pays that.
+ */
+async function admitAndAdd(
+  conn: Redis,
+  bullClient: unknown,
+  job: Job,
+  admit: (on: Evaluator) => unknown,
+): Promise<[Error | null, unknown][] | null> {
+  if ((conn as { isCluster?: boolean }).isCluster) {
+    // BullMQ's transaction is ioredis's, with BullMQ's scripts added.
+    const transaction = (bullClient as { multi(): ChainableCommander }).multi();
+    admit(transaction);
+    // Its outcome is read from EXEC's results (a command queued in a transaction answers with
+    // the transaction itself).
+    job.addJob(transaction as never).catch(() => {});
+    return transaction.exec();
+  }
+  const replies = [
+    conn.multi({ pipeline: false }),
+    admit(conn),
+    // BullMQ's client is a proxy that runs its scripts on this very connection.
+    job.addJob(bullClient as never),
+  ];
+  const executed = conn.exec();
+  try {
+    await Promise.all(replies);
+  } catch (err) {
+    // Wait for every reply before the caller takes the job back.
+    await Promise.allSettled([...replies, executed]);
+    throw err;
+  }
+  return executed;
+}
 
 /** Loads every script ioredis has defined on `client` (BullMQ's) into Redis's script cache. */
 async function loadScripts(client: Redis): Promise<void> {
@@ -154,24 +198,14 @@ export class PoolQueue {
       },
       jobId,
     );
-    // BullMQ's client is a proxy that runs its scripts on this very connection.
-    const bullClient = await this.queue.getBackend().client;
-    // The transaction is sent as plain commands on BullMQ's connection, all issued in this
-    // synchronous block, so no other command of this process comes between MULTI and EXEC.
-    // (An ioredis pipeline object would do the same but costs ~80 us to create on a
-    // connection that carries BullMQ's 64 scripts.) Each command answers QUEUED; EXEC answers
-    // the results.
     const conn = this.bullConnection;
-    const opened = conn.multi({ pipeline: false });
-    const queuedAdmit = conn.eval(admitScript, keys.length, ...keys, ...args);
-    const queuedAdd = job.addJob(bullClient as never);
-    const executed = conn.exec();
     let results: [Error | null, unknown][] | null;
     try {
-      [, , , results] = await Promise.all([opened, queuedAdmit, queuedAdd, executed]);
+      results = await admitAndAdd(conn, await this.queue.getBackend().client, job, (tx) =>
+        tx.eval(admitScript, keys.length, ...keys, ...args),
+      );
     } catch (err) {
-      // Wait for every reply, then take the job back if it was added after all.
-      await Promise.allSettled([opened, queuedAdmit, queuedAdd, executed]);
+      // The transaction may have run: take the job back if it is still queued.
       await this.queue.remove(jobId).catch(() => 0);
       throw err;
     }
