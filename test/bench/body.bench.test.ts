@@ -265,3 +265,87 @@ it('times the peek, the estimate and the rewrite against JSON.parse and JSON.str
   });
   // 33 measurements of ~4 s each: more than the bench config's 180 s default on a slow machine.
 }, 400_000);
+
+/** A job's fields besides its body, as the gateway sends them (libs/protocol's JobPayload). */
+const JOB_FIELDS = {
+  v: 1,
+  path: '/v1/chat/completions',
+  stream: true,
+  replica: 'gw-0123456789',
+  enqueuedAt: 1_764_000_000_000,
+  deadline: 1_764_000_060_000,
+  priority: 0,
+  promptTokens: 1234,
+};
+
+/**
+ * The body's way from the gateway's bytes to the bytes undici sends, through BullMQ's JSON job
+ * data (BullMQ stringifies `data` on add and parses it when a worker takes the job), three
+ * ways: as a string field (today), as a base64 field, and as raw bytes beside the job (a Redis
+ * key of its own: ioredis writes a Buffer argument as is, and reading it back copies it once).
+ */
+const transports: Array<[string, (buf: Buffer) => unknown]> = [
+  [
+    'string field (today)',
+    (buf) => {
+      const data = JSON.stringify({ ...JOB_FIELDS, body: buf.toString('utf8') });
+      return Buffer.from((JSON.parse(data) as { body: string }).body);
+    },
+  ],
+  [
+    'base64 field',
+    (buf) => {
+      const data = JSON.stringify({ ...JOB_FIELDS, body64: buf.toString('base64') });
+      return Buffer.from((JSON.parse(data) as { body64: string }).body64, 'base64');
+    },
+  ],
+  [
+    'raw bytes in a key of their own',
+    (buf) => {
+      JSON.parse(JSON.stringify(JOB_FIELDS));
+      return Buffer.from(buf);
+    },
+  ],
+];
+
+it('times the ways a body can travel in the job: string field, base64 field, a key of its own', () => {
+  const figures: Figure[] = [];
+  const runs: NonNullable<ScenarioResult['runs']> = [];
+  const sizes: Array<[string, Buffer]> = [
+    ['1 KiB', chatBody(1 << 10, 21)],
+    ['64 KiB', chatBody(64 << 10, 22)],
+    ['1 MiB', chatBody(1 << 20, 23)],
+  ];
+  for (const [size, buf] of sizes) {
+    for (const [name, fn] of transports)
+      expect(Buffer.compare(fn(buf) as Buffer, buf), `${name} gives the bytes back`).toBe(0);
+    const ms = new Map<string, number[]>(transports.map(([name]) => [name, []]));
+    for (let r = 0; r < REPEATS; r += 1)
+      for (const [name, fn] of transports) ms.get(name)!.push(timePerCall(fn, buf));
+    for (const [name] of transports) {
+      const s = summarize(ms.get(name)!);
+      const of = `${name}, ${size}`;
+      runs.push({
+        n: REPEATS,
+        min: round(s.min, 4),
+        median: round(s.median, 4),
+        max: round(s.max, 4),
+        unit: 'ms',
+        of,
+      });
+      figures.push({ name: `time per request: ${of}`, value: round(s.median, 4), unit: 'ms' });
+    }
+  }
+  writeResult({
+    scenario: 'body-transport',
+    title:
+      "The request body's way through BullMQ's job data: string field, base64 field, raw bytes in a key of their own",
+    figures,
+    runs,
+    notes: [
+      `Bodies: ${sizes.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}; the chat bodies of the body scenario. Each way is timed from the gateway's Buffer to the Buffer undici sends, in this process: the JSON job data stringified (the gateway's add) and parsed (the worker's take), and the body encoded, decoded or copied.`,
+      'Not in these figures: Redis and the socket (the same bytes for a string and a raw key; a third more for base64), and what a key of its own adds: one more command to write it (inside the admission transaction, no round trip) and one to read it back in the dispatcher before the engine call (a round trip), and its removal. docs/performance.md weighs them.',
+      `Time: median per call over batches of ~0.2 ms after a warm-up, ${MEASURE_MS} ms of batches per measurement, ${REPEATS} interleaved repeats.`,
+    ],
+  });
+}, 120_000);

@@ -62,7 +62,7 @@ export class PoolLoad {
   }
 
   /** The body to send for a job released now. */
-  apply(body: string, path: CompletionPath, optOut: boolean): Degraded {
+  apply(body: string | Buffer, path: CompletionPath, optOut: boolean): Degraded {
     const profile = this.config.profiles[this.state.index];
     if (
       !this.config.enabled ||
@@ -71,7 +71,7 @@ export class PoolLoad {
       (optOut && this.config.allowOptOut)
     )
       return { body, state: this.config.profiles[0]?.name ?? 'normal', degraded: false };
-    const bytes = Buffer.from(body);
+    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
     const plans = this.plans[this.state.index]!;
     const rewritten = rewriteRequest(
       bytes,

@@ -3,7 +3,7 @@
 // outcome for the release loop to record (handover.ts). Also the two ways a taken job ends
 // without running (skipped, expired).
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
-import type { JobPayload, KeySpace } from '@sluice/protocol';
+import { jobBody, type JobPayload, type KeySpace } from '@sluice/protocol';
 import type { Job } from 'bullmq';
 import type { CancelBook, CancelledError } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
@@ -111,16 +111,17 @@ export class JobRunner {
       return skip('cancelled');
     }
 
+    const body = jobBody(payload);
     let degraded;
     try {
-      degraded = this.deps.load.apply(payload.body, payload.path, payload.optOut === true);
+      degraded = this.deps.load.apply(body, payload.path, payload.optOut === true);
     } catch (err) {
       // The gateway validated the body; should a rewrite still fail, the request goes as sent.
       log.error(
         { jobId, err: (err as Error).message },
         'degradation rewrite failed: sending the body unchanged',
       );
-      degraded = { body: payload.body, state: 'normal', degraded: false };
+      degraded = { body, state: 'normal', degraded: false };
     }
     if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
     const relay = hub.open(jobId, keys.replyChannel(payload.replica), !payload.stream);

@@ -64,6 +64,8 @@ describe('every shipped degradation profile', () => {
         return;
       }
       expect(result.degraded).toBe(true);
+      // The body as the job carries it from a gateway (bytes) is rewritten the same way.
+      expect(load.apply(Buffer.from(chat(100)), '/v1/chat/completions', false)).toEqual(result);
       const sent = JSON.parse(result.body.toString()) as {
         messages: Array<{ role: string; content: string }>;
         max_tokens: number;

@@ -17,7 +17,9 @@ export const REDACTED_PATHS = [
   '*.apiKey',
   'body',
   'payload.body',
+  'payload.bodyBase64',
   'job.data.body',
+  'job.data.bodyBase64',
 ];
 
 export function loggerOptions(level: string, component: string) {

@@ -4,6 +4,7 @@ export {
   BULL_MAX_PRIORITY,
   bullPriority,
   completionPaths,
+  jobBody,
   QUEUE_EVENTS_MAX_LEN,
   validateJobPayload,
   type CompletionPath,

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   BULL_MAX_PRIORITY,
   bullPriority,
+  jobBody,
   validateJobPayload,
   type JobPayload,
 } from '../src/job.ts';
@@ -33,6 +34,12 @@ describe('job payload', () => {
     [{ ...valid, v: 2 }, /field v must be 1/],
     [{ ...valid, body: 3 }, /field body must be a string/],
     [
+      { ...valid, bodyBase64: 'e30=' },
+      /field body must be a string, or absent beside a bodyBase64/,
+    ],
+    [{ ...valid, body: undefined }, /field body must be a string, or absent beside a bodyBase64/],
+    [{ ...valid, body: undefined, bodyBase64: 7 }, /field bodyBase64 must be a string/],
+    [
       { ...valid, path: '/v1/embeddings' },
       /field path must be \/v1\/chat\/completions or \/v1\/completions/,
     ],
@@ -44,6 +51,14 @@ describe('job payload', () => {
     [{ ...valid, optOut: 'yes' }, /field optOut must be a boolean/],
   ])('refuses %j naming the field', (payload, message) => {
     expect(() => validateJobPayload(payload)).toThrow(message);
+  });
+
+  it('carries the body as text or as base64, and gives the same bytes back either way', () => {
+    const bytes = Buffer.from('{"model":"m","messages":[{"content":"caf\u00e9 \\"q\\" \u4e2d"}]}');
+    const asBase64 = { ...valid, body: undefined, bodyBase64: bytes.toString('base64') };
+    expect(validateJobPayload(asBase64)).toBe(asBase64);
+    expect(Buffer.from(jobBody(asBase64))).toEqual(bytes);
+    expect(Buffer.from(jobBody({ ...valid, body: bytes.toString('utf8') }))).toEqual(bytes);
   });
 
   it('maps priority classes to BullMQ priorities, aged long before short before long within a class', () => {

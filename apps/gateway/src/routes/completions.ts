@@ -124,7 +124,7 @@ export async function completionRoutes(
       const stream = peeked.stream === true;
       const payload: JobPayload = {
         v: 1,
-        body: body.toString('utf8'),
+        bodyBase64: body.toString('base64'),
         path,
         stream,
         replica: replicaId,
