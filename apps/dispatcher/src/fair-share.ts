@@ -128,15 +128,9 @@ export class FairShare {
     }
   }
 
-  /** Puts a job the release order chose (a promoted held job) at the queue's front. */
-  async toFront(jobId: string): Promise<void> {
-    const { metrics, pool } = this.deps;
-    try {
-      await this.queues.moveToFront(jobId);
-      metrics.fairSharePicks.inc({ pool, outcome: 'promoted' });
-    } catch {
-      metrics.fairSharePicks.inc({ pool, outcome: 'move_failed' });
-    }
+  /** This take is a promoted held job's, at the queue's front (holding.ts): no pick. */
+  promotedFirst(): void {
+    this.deps.metrics.fairSharePicks.inc({ pool: this.deps.pool, outcome: 'promoted' });
   }
 
   /** A job of `payload.tenant` was released: its input is charged, it left the queue. */

@@ -3,14 +3,13 @@
 // predecessor's held jobs, and dropping the ones whose client went.
 import {
   classify,
-  isAged,
   nextToPromote,
   type OrderContext,
   type WaitReason,
 } from '@sluice/admission';
 import type { LongPromptConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
-import { bullPriority, validateJobPayload, type JobPayload } from '@sluice/protocol';
+import { validateJobPayload, type JobPayload } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Job, Queue } from 'bullmq';
 import { HeldJobs, type HeldJob } from './held-jobs.js';
@@ -26,8 +25,6 @@ export interface HoldingDeps {
   metrics: DispatcherMetrics;
   log: { info(o: object, m: string): void; warn(o: object, m: string): void };
   longPrompts: LongPromptConfig;
-  /** SLUICE_MAX_PRIORITY, for a promoted job's BullMQ priority. */
-  maxPriority: number;
   isLeader: () => boolean;
   /** The engines and policies the release order reads, at `now`. */
   context: (now: number) => Omit<OrderContext, 'held'>;
@@ -82,27 +79,28 @@ export class Holding {
   }
 
   /**
-   * Promotes the first held job that may go now back into the queue, one at a time; the
-   * promotion wakes the release loop's blocking take. An aged long prompt goes back ahead of
-   * the short prompts of its class.
+   * Promotes the first held job that may go now back into the queue, one at a time, at its
+   * front; the promotion wakes the release loop's blocking take.
    */
   maybePromote(): void {
     // One promotion at a time: `promoted` stays set until the loop takes that job back.
     if (this.held.size === 0 || this.held.promoted !== undefined || !this.deps.isLeader()) return;
     const now = this.deps.now();
     const next = nextToPromote(this.held.ordered(), this.deps.context(now));
-    if (next)
-      void this.promote(next, next.long && isAged(next.enqueuedAt, this.deps.longPrompts, now));
+    if (next) void this.promote(next);
   }
 
-  private async promote(h: HeldJob, aged: boolean): Promise<void> {
+  /**
+   * BullMQ's promote puts a job back behind every job of its priority queued meanwhile; this
+   * one was taken once already and the release order chose it now, so it then goes to the
+   * queue's front (priority 0, LIFO: the end of the wait list a take pops first). The loop or
+   * a handover takes it next, and the fair share makes no pick for that take.
+   */
+  private async promote(h: HeldJob): Promise<void> {
     this.held.promoted = h.id;
     try {
-      if (aged)
-        await h.job.changePriority({
-          priority: bullPriority(h.priority, this.deps.maxPriority, 'aged'),
-        });
       await h.job.promote();
+      await h.job.changePriority({ priority: 0, lifo: true });
     } catch {
       // No longer delayed: its client went and the gateway removed it, or BullMQ moved it
       // back at its deadline (the loop then takes and skips it).

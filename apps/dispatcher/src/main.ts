@@ -177,7 +177,6 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
           metrics,
           leaseTtlMs: config.lease.ttlMs,
           mayAcquire: () => mayAcquire(pool.name),
-          maxPriority: config.limits.maxPriority,
           tenants: config.tenants,
           timeouts: {
             headersTimeoutMs: config.engine.headersTimeoutMs,

@@ -46,8 +46,6 @@ export interface PoolDispatcherDeps {
   policy: GatePolicy;
   scrape: { intervalMs: number; staleAfterFailures: number };
   maxInflightSource: MaxInflightSource;
-  /** SLUICE_MAX_PRIORITY, to compute a held job's BullMQ priority when it is promoted. */
-  maxPriority: number;
   /** The configured tenants; absent: no fair share (one anonymous tenant). */
   tenants?: readonly TenantConfig[];
   /** Highest GPU utilization of the latest fresh reading, if a GPU source runs. */
@@ -116,7 +114,6 @@ export class PoolDispatcher {
       metrics,
       log,
       longPrompts: pool.longPrompts,
-      maxPriority: deps.maxPriority,
       isLeader: () => this.lease.isLeader,
       context: (at) => {
         for (const engine of this.engines) settlePending(engine, at);

@@ -112,14 +112,12 @@ export class ReleaseLoop {
         await this.waitForWake();
         continue;
       }
-      // The fair share puts the next tenant's job in front. A held job promoted back goes
-      // first: it was taken once already, and BullMQ would put it behind every job of its
-      // class queued meanwhile, while the fair share stays off until it is taken again.
+      // The fair share puts the next tenant's job in front, unless a held job promoted back
+      // is there: it goes first (holding.ts).
       const fairShare = this.deps.fairShare;
       if (fairShare) {
-        const promoted = this.deps.holding.held.promoted;
-        if (promoted === undefined) await fairShare.prepareNext();
-        else await fairShare.toFront(promoted);
+        if (this.deps.holding.held.promoted === undefined) await fairShare.prepareNext();
+        else fairShare.promotedFirst();
       }
       const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
       let job: Job | undefined;

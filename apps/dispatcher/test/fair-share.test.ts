@@ -99,16 +99,6 @@ describe('fair share (leader side)', () => {
     expect(await picks()).toEqual({ in_order: 6, moved: 2 });
   });
 
-  it('puts a promoted held job at the front, whatever the fair share would pick', async () => {
-    for (let i = 0; i < 3; i += 1) await add('alpha', `a${i}`);
-    await add('beta', 'b0');
-    const fair = fairShare();
-    await fair.load();
-    await fair.toFront('a2');
-    expect((await worker.getNextJob('tok', { block: false }))?.id).toBe('a2');
-    expect(await picks()).toEqual({ promoted: 1 });
-  });
-
   it('charges output as it streams, and hands its counters to the next leader', async () => {
     const fair = fairShare();
     await fair.load();
