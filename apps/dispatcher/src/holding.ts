@@ -1,12 +1,7 @@
 // The mechanics of holding jobs back (the why is in held-jobs.ts, the choosing in
 // `@sluice/admission`'s release order): moving a job to the delayed set and back, adopting a
 // predecessor's held jobs, and dropping the ones whose client went.
-import {
-  classify,
-  nextToPromote,
-  type OrderContext,
-  type WaitReason,
-} from '@sluice/admission';
+import { classify, nextToPromote, type OrderContext, type WaitReason } from '@sluice/admission';
 import type { LongPromptConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { validateJobPayload, type JobPayload } from '@sluice/protocol';
