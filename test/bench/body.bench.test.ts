@@ -168,6 +168,35 @@ function timePerCall(fn: (buf: Buffer) => unknown, buf: Buffer): number {
 }
 
 /**
+ * Times each method on `buf` in repeats that interleave the methods, so that drift on the
+ * machine hits all of them alike; records each one's spread in `runs` and returns the medians.
+ */
+function timeInterleaved(
+  among: Array<[string, (buf: Buffer) => unknown]>,
+  buf: Buffer,
+  size: string,
+  runs: NonNullable<ScenarioResult['runs']>,
+): Map<string, number> {
+  const ms = new Map<string, number[]>(among.map(([name]) => [name, []]));
+  for (let r = 0; r < REPEATS; r += 1)
+    for (const [name, fn] of among) ms.get(name)!.push(timePerCall(fn, buf));
+  const median = new Map<string, number>();
+  for (const [name] of among) {
+    const s = summarize(ms.get(name)!);
+    median.set(name, s.median);
+    runs.push({
+      n: REPEATS,
+      min: round(s.min, 4),
+      median: round(s.median, 4),
+      max: round(s.max, 4),
+      unit: 'ms',
+      of: `${name}, ${size}`,
+    });
+  }
+  return median;
+}
+
+/**
  * Bytes one call allocates: JS heap plus ArrayBuffer growth across the call, right after a full
  * GC, median of 15 calls, less what the measuring itself allocates. The bench config sizes the
  * young generation so that no scavenge runs inside one call; if one did, the figure would be a
@@ -201,25 +230,11 @@ it('times the peek, the estimate and the rewrite against JSON.parse and JSON.str
   const runs: NonNullable<ScenarioResult['runs']> = [];
   /** Times and sizes each method on `buf`, records it, and returns the median times. */
   const measure = (size: string, buf: Buffer, among: typeof methods) => {
-    const ms = new Map<string, number[]>(among.map(([name]) => [name, []]));
-    // Repeats interleave the methods, so that drift on the machine hits all of them alike.
-    for (let r = 0; r < REPEATS; r += 1)
-      for (const [name, fn] of among) ms.get(name)!.push(timePerCall(fn, buf));
-    const median = new Map<string, number>();
+    const median = timeInterleaved(among, buf, size, runs);
     for (const [name, fn] of among) {
-      const s = summarize(ms.get(name)!);
-      median.set(name, s.median);
       const of = `${name}, ${size}`;
-      runs.push({
-        n: REPEATS,
-        min: round(s.min, 4),
-        median: round(s.median, 4),
-        max: round(s.max, 4),
-        unit: 'ms',
-        of,
-      });
       figures.push(
-        { name: `time per request: ${of}`, value: round(s.median, 4), unit: 'ms' },
+        { name: `time per request: ${of}`, value: round(median.get(name)!, 4), unit: 'ms' },
         {
           name: `allocated per request: ${of}`,
           value: round(bytesPerCall(fn, buf) / 1024, 1),
@@ -319,22 +334,13 @@ it('times the ways a body can travel in the job: string field, base64 field, a k
   for (const [size, buf] of sizes) {
     for (const [name, fn] of transports)
       expect(Buffer.compare(fn(buf) as Buffer, buf), `${name} gives the bytes back`).toBe(0);
-    const ms = new Map<string, number[]>(transports.map(([name]) => [name, []]));
-    for (let r = 0; r < REPEATS; r += 1)
-      for (const [name, fn] of transports) ms.get(name)!.push(timePerCall(fn, buf));
-    for (const [name] of transports) {
-      const s = summarize(ms.get(name)!);
-      const of = `${name}, ${size}`;
-      runs.push({
-        n: REPEATS,
-        min: round(s.min, 4),
-        median: round(s.median, 4),
-        max: round(s.max, 4),
+    const median = timeInterleaved(transports, buf, size, runs);
+    for (const [name] of transports)
+      figures.push({
+        name: `time per request: ${name}, ${size}`,
+        value: round(median.get(name)!, 4),
         unit: 'ms',
-        of,
       });
-      figures.push({ name: `time per request: ${of}`, value: round(s.median, 4), unit: 'ms' });
-    }
   }
   writeResult({
     scenario: 'body-transport',
