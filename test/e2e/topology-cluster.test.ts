@@ -296,10 +296,19 @@ describe('two pools on a cluster', () => {
 
   it('serves each pool, and keeps every key of a pool in the one slot of its hash tag', async () => {
     // Ready: Redis answers and each pool has a leader (the lease may take a moment on a cluster).
-    await eventually(
-      async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
-      'the gateway to see a leader for each pool',
-    );
+    // Should it time out, the last answer and both processes' last lines say which pool
+    // lacked a leader and why.
+    let lastReadyz = '';
+    await eventually(async () => {
+      const res = await fetch(`${gateway.url}/readyz`);
+      lastReadyz = await res.text();
+      return res.status === 200 ? true : undefined;
+    }, 'the gateway to see a leader for each pool').catch((err: Error) => {
+      const tail = (p: SluiceProcess) => p.process.output.slice(-20).join('\n');
+      throw new Error(
+        `${err.message}; last /readyz: ${lastReadyz}\ndispatcher:\n${tail(dispatcher)}\ngateway:\n${tail(gateway)}`,
+      );
+    });
     for (const model of pools) {
       const res = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
