@@ -12,7 +12,7 @@ import {
   type LongPromptStats,
   type QueueLevel,
 } from '@sluice/protocol';
-import type { Redis } from '@sluice/redis';
+import { isCluster, type Redis } from '@sluice/redis';
 import { Job, Queue } from 'bullmq';
 import type { ChainableCommander } from 'ioredis';
 import { withTimeout } from './timeout.js';
@@ -85,7 +85,7 @@ async function admitAndAdd(
   job: Job,
   admit: (on: Evaluator) => unknown,
 ): Promise<[Error | null, unknown][] | null> {
-  if ((conn as { isCluster?: boolean }).isCluster) {
+  if (isCluster(conn)) {
     // BullMQ's transaction is ioredis's, with BullMQ's scripts added.
     const transaction = (bullClient as { multi(): ChainableCommander }).multi();
     admit(transaction);
