@@ -65,6 +65,31 @@ export function gatewayMetrics(registry: Registry) {
       buckets: promptTokenBuckets,
       registers,
     }),
+    responses: new Counter({
+      name: 'sluice_responses_total',
+      help: 'Answers to completion requests by HTTP status code (499: the client left first), gated and pass-through alike.',
+      labelNames: ['model', 'code'],
+      registers,
+    }),
+    requestDuration: new Histogram({
+      name: 'sluice_request_duration_seconds',
+      help: "Time from a completion request's arrival to its last byte (or refusal), as the client sees it.",
+      labelNames: ['model'],
+      buckets: waitBuckets,
+      registers,
+    }),
+    tokens: new Counter({
+      name: 'sluice_tokens_total',
+      help: "Tokens of answered requests, by kind: prompt and completion (the engine's usage when it sent one, else completion counted from relayed chunks).",
+      labelNames: ['model', 'kind'],
+      registers,
+    }),
+    tenantResponses: new Counter({
+      name: 'sluice_tenant_responses_total',
+      help: "A configured tenant's answers by HTTP status code.",
+      labelNames: ['tenant', 'code'],
+      registers,
+    }),
     heartbeats: new Counter({
       name: 'sluice_heartbeats_total',
       help: 'SSE keep-alive comments sent to waiting streams.',
@@ -98,6 +123,18 @@ export function dispatcherMetrics(registry: Registry) {
       name: 'sluice_queue_depth',
       help: 'Jobs in the pool queue by state, as BullMQ counts them.',
       labelNames: ['pool', 'state'],
+      registers,
+    }),
+    queueOldestAge: new Gauge({
+      name: 'sluice_queue_oldest_age_seconds',
+      help: "Age of the pool's oldest queued (not yet released) job, held ones included; 0 when none. The leader's reading.",
+      labelNames: ['pool'],
+      registers,
+    }),
+    poolMode: new Gauge({
+      name: 'sluice_pool_mode',
+      help: "1 for the pool's operator mode (open, paused: no releases; draining: no new requests), 0 for the others. The leader's reading.",
+      labelNames: ['pool', 'mode'],
       registers,
     }),
     inflight: new Gauge({

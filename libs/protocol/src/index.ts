@@ -31,6 +31,7 @@ export {
   encodePoolStats,
   type EngineStats,
   type LongPromptStats,
+  type PoolMode,
   type PoolStats,
   type TenantStats,
 } from './stats.js';

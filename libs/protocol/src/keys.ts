@@ -26,6 +26,8 @@ export interface KeySpace {
   tenantQueued(pool: string, tenant: string): string;
   /** Hash of the pool's fair-share counters (tenant -> virtual tokens), kept by the leader. */
   fairShare(pool: string): string;
+  /** The operator's mode of a pool (`sluice pool pause|resume|drain`): absent means open. */
+  poolControl(pool: string): string;
   /** The dispatcher's published view of a pool (in-flight, drain rate) for gateways and `sluice status`. */
   poolStats(pool: string): string;
   /** A SCAN pattern matching every `poolStats` key. */
@@ -62,6 +64,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     jobKey: (pool, jobId) => queueKey(pool, jobId),
     lease: (pool) => queueKey(pool, 'lease'),
     poolStats: (pool) => queueKey(pool, 'stats'),
+    poolControl: (pool) => queueKey(pool, 'control'),
     tenantQueued: (pool, tenant) => queueKey(pool, `tenant:${part('tenant', tenant)}`),
     fairShare: (pool) => queueKey(pool, 'fair-share'),
     poolStatsPattern: `${statsHead}*${statsTail}`,

@@ -29,6 +29,8 @@ export const refusalKinds = {
   park_timeout: retry(503, 5),
   long_backlog: retry(503, 5),
   no_leader: retry(503, 5),
+  /** An operator drains the pool (`sluice pool drain`): it finishes what is queued, takes nothing new. */
+  pool_draining: retry(503, 30),
   redis_unavailable: retry(503, 5),
   /** The job vanished from Redis (restarted empty, failed over): it will never run. */
   queue_lost: retry(503, 1),

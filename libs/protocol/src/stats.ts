@@ -15,9 +15,16 @@ export interface PoolStats {
   queue?: { wait: number; prioritized: number; active: number; delayed?: number };
   /** Long prompts (prefill-aware admission), for the gateways' estimate of a long prompt's wait. */
   longs?: LongPromptStats;
+  /** The operator's mode of the pool (absent: open). */
+  mode?: PoolMode;
+  /** Age in ms, at `at`, of the oldest queued (not yet released) job; 0 when none. */
+  oldestQueuedMs?: number;
   /** Per configured tenant (absent without tenants), for `sluice status`. */
   tenants?: Record<string, TenantStats>;
 }
+
+/** `paused`: nothing is released, requests still queue; `draining`: no new requests, the queue is finished. */
+export type PoolMode = 'open' | 'paused' | 'draining';
 
 export interface TenantStats {
   /** Queued (not yet released) in the pool, held ones included. */
