@@ -113,19 +113,23 @@ function workload(objects: J[], name: string): { w: J; pod: J; c: J } {
   return { w, pod, c: pod.containers[0] };
 }
 
+/** The container port a probe or Service names, by name or number; it must be declared. */
 const portNumber = (container: J, port: string | number): number => {
-  if (typeof port === 'number') return port;
-  const found = (container.ports ?? []).find((p: J) => p.name === port);
-  expect(found, `container port ${port}`).toBeDefined();
+  const found = (container.ports ?? []).find((p: J) =>
+    typeof port === 'number' ? p.containerPort === port : p.name === port,
+  );
+  expect(found, `${container.name}: container port ${port}`).toBeDefined();
   return found.containerPort;
 };
 
-/** True when some rule of the list lets TCP/UDP traffic to `port` through (ports only). */
+/** The rules of an ingress or egress list that let traffic to `port` through (a rule without ports allows all). */
 const allowsPort = (rules: J[], port: number, protocol = 'TCP'): J[] =>
-  rules.filter((r) =>
-    (r.ports ?? [{}]).some(
-      (p: J) => (p.protocol ?? 'TCP') === protocol && (p.port === undefined || p.port === port),
-    ),
+  rules.filter(
+    (r) =>
+      r.ports === undefined ||
+      r.ports.some(
+        (p: J) => (p.protocol ?? 'TCP') === protocol && (p.port === undefined || p.port === port),
+      ),
   );
 
 const rulesFile = parse(readFileSync(path('deploy/prometheus/sluice-rules.yaml'), 'utf8'));
