@@ -570,6 +570,7 @@ describe('docker-compose.yml', () => {
       );
     };
 
+    // The time-out is a ceiling for a dozen node start-ups on a loaded machine.
     it('passes for a ready process and fails where nothing listens', async () => {
       const origins: Record<string, string> = {
         gateway: stack.gateway.url,
@@ -587,6 +588,6 @@ describe('docker-compose.yml', () => {
         );
         expect(await check(s, nothing), name).toBe(1);
       }
-    });
+    }, 120_000);
   });
 });
