@@ -167,7 +167,7 @@ export async function runUp(argv: string[]): Promise<void> {
         },
       );
       started.push(child);
-      dispatchers.push(`${match[1]!}/metrics  (${role} at start)`);
+      dispatchers.push(`${match[1]!}/status  (${role} at start; /metrics)`);
     }
     const gateways: string[] = [];
     for (const i of [0, 1]) {

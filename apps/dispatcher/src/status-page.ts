@@ -5,7 +5,7 @@
 import type { KeySpace } from '@sluice/protocol';
 import { publishingPools, readPoolStats, type PublishedPool, type Redis } from '@sluice/redis';
 import type { FastifyInstance } from 'fastify';
-import { statusPageCsp, statusPageHtml } from './status-page-html.js';
+import { statusPageCsp, statusPageHtml } from './status-html.js';
 
 export interface StatusPageDeps {
   id: string;
