@@ -40,6 +40,18 @@ export const LEADER_ONLY_METRICS = [
 ] as const satisfies readonly (keyof DispatcherMetrics)[];
 
 /**
+ * The gauges labelled with `pool` that every dispatcher exports: its leadership (0 or 1, what
+ * SluiceNoLeader reads) and what it runs itself (a standby's are 0; a sum is right).
+ */
+export const PER_DISPATCHER_GAUGES = [
+  'leader',
+  'inflight',
+  'longInflight',
+  'longInPrefill',
+  'tenantInflight',
+] as const satisfies readonly (keyof DispatcherMetrics)[];
+
+/**
  * Makes the leader-only gauges of `metrics` export only the series of pools for which
  * `leads(pool)` holds at collection time. Call once, right after creating the metrics.
  */
