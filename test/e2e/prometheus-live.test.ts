@@ -155,18 +155,28 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-/** Resolves once Prometheus has scraped every target, all up, after this call. */
-async function freshScrape(): Promise<void> {
+/**
+ * Resolves once Prometheus has scraped every target after this call, and found up those
+ * that are alive (all but `dead`).
+ */
+async function freshScrape(dead: SluiceProcess[] = []): Promise<void> {
   const after = Date.now();
+  const down = new Set(dead.map((d) => hostPort(d.url)));
   await eventually(
     async () => {
       const res = await fetch(`${promUrl}/api/v1/targets`);
       const body = (await res.json()) as {
-        data: { activeTargets: { health: string; lastScrape: string }[] };
+        data: {
+          activeTargets: { health: string; lastScrape: string; labels: { instance: string } }[];
+        };
       };
       const targets = body.data.activeTargets;
       return targets.length === 3 &&
-        targets.every((t) => t.health === 'up' && Date.parse(t.lastScrape) > after)
+        targets.every(
+          (t) =>
+            Date.parse(t.lastScrape) > after &&
+            t.health === (down.has(t.labels.instance) ? 'down' : 'up'),
+        )
         ? true
         : undefined;
     },
@@ -199,6 +209,44 @@ async function freshRules() {
   );
 }
 
+/**
+ * Waits until `d`'s own reading has caught up with the stack: `queued` jobs waiting, the cap
+ * active and on the engine, no bypass traffic.
+ */
+async function caughtUp(d: SluiceProcess, queued: number): Promise<void> {
+  let seen = '';
+  await eventually(async () => {
+    const text = await scrape(d);
+    seen = text;
+    const at = (state: string) =>
+      sample(text, `sluice_queue_depth{pool="default",state="${state}"} `);
+    return (at('wait') ?? 0) + (at('prioritized') ?? 0) + (at('delayed') ?? 0) === queued &&
+      at('active') === CAP &&
+      sample(text, 'sluice_engine_running{pool="default",') === CAP &&
+      sample(text, 'sluice_engine_bypass_requests{pool="default",') === 0
+      ? true
+      : undefined;
+  }, "the leader's gauges to show the queue and the engine").catch((err: Error) => {
+    const lines = seen.split('\n').filter((l) => /^sluice_(queue_depth|engine_|leader)/.test(l));
+    throw new Error(`${err.message}; last seen:\n${lines.join('\n')}`);
+  });
+}
+
+/** The sum of the queue depth panel's waiting states for pool default, and its active one. */
+async function depthPanel() {
+  const panel = dashboard.panels.find((p) => p.title === 'Queue depth by state')!;
+  const depth = await query(panel.targets![0]!.expr);
+  const byState = Object.fromEntries(
+    depth
+      .filter((s) => s.metric['pool'] === 'default')
+      .map((s) => [s.metric['state'], Number(s.value[1])]),
+  );
+  return {
+    queued: byState['wait']! + byState['prioritized']! + byState['delayed']!,
+    active: byState['active'],
+  };
+}
+
 describe('the shipped dashboard and rules, on a live stack with a standby', () => {
   it('show the true queue depth and bypass; every expression evaluates; no alert fires', async () => {
     // Five requests: the cap of 2 on the engine, 3 in the queue, all staying there.
@@ -225,23 +273,7 @@ describe('the shipped dashboard and rules, on a live stack with a standby', () =
           : undefined,
       `${CAP} requests on the engine and ${QUEUED} queued`,
     );
-    // The leader's own reading has caught up: queue depth, the engine as read, no bypass.
-    let seen = '';
-    await eventually(async () => {
-      const text = await scrape(leader);
-      seen = text;
-      const at = (state: string) =>
-        sample(text, `sluice_queue_depth{pool="default",state="${state}"} `);
-      return (at('wait') ?? 0) + (at('prioritized') ?? 0) + (at('delayed') ?? 0) === QUEUED &&
-        at('active') === CAP &&
-        sample(text, 'sluice_engine_running{pool="default",') === CAP &&
-        sample(text, 'sluice_engine_bypass_requests{pool="default",') === 0
-        ? true
-        : undefined;
-    }, "the leader's gauges to show the queue and the engine").catch((err: Error) => {
-      const lines = seen.split('\n').filter((l) => /^sluice_(queue_depth|engine_|leader)/.test(l));
-      throw new Error(`${err.message}; last seen:\n${lines.join('\n')}`);
-    });
+    await caughtUp(leader, QUEUED);
     await freshScrape();
     await freshRules();
 
@@ -257,11 +289,7 @@ describe('the shipped dashboard and rules, on a live stack with a standby', () =
     for (const expr of exprs) results.set(expr, await query(expr));
 
     // The queue depth panel: the depth Redis holds, per state, once.
-    const depthPanel = dashboard.panels.find((p) => p.title === 'Queue depth by state')!;
-    const depth = results.get(depthPanel.targets![0]!.expr)!;
-    const byState = Object.fromEntries(depth.map((s) => [s.metric['state'], Number(s.value[1])]));
-    expect(byState['wait']! + byState['prioritized']! + byState['delayed']!).toBe(queued);
-    expect(byState['active']).toBe(CAP);
+    expect(await depthPanel()).toEqual({ queued, active: CAP });
     // One exporter per fact: each pool series comes from one dispatcher.
     for (const s of await query('count by (pool, state) (sluice_queue_depth)'))
       expect(Number(s.value[1])).toBe(1);
@@ -324,6 +352,41 @@ describe('the shipped dashboard and rules, on a live stack with a standby', () =
       expect({ url: process.url, complaints: ours }).toEqual({ url: process.url, complaints: [] });
     }
   });
+
+  it('after the leader dies, the former standby exports the pool: still the true depth, a leader, no bypass', async () => {
+    const truthBefore = await queuedJobs(client);
+    await leader.stop('SIGKILL');
+    await eventually(
+      async () =>
+        sample(await scrape(standby), 'sluice_leader{pool="default"} ') === 1 ? true : undefined,
+      'the standby to take the lease',
+    );
+    // The dead leader's jobs fail by the stalled check; the new leader fills the cap from the
+    // queue, and its own reading catches up.
+    const queued = truthBefore - CAP;
+    await eventually(
+      async () =>
+        (await queuedJobs(client)) === queued && (await stack.sim.state()).running === CAP
+          ? true
+          : undefined,
+      `the new leader to run ${CAP} and leave ${queued} queued`,
+    );
+    await caughtUp(standby, queued);
+    await freshScrape([leader]);
+    await freshRules();
+
+    expect(await queuedJobs(client)).toBe(queued);
+    expect(await depthPanel()).toEqual({ queued, active: CAP });
+    for (const s of await query('count by (pool, state) (sluice_queue_depth)'))
+      expect(Number(s.value[1])).toBe(1);
+    const bypassExpr = dashboard.panels
+      .flatMap((p) => (p.targets ?? []).map((t) => t.expr))
+      .find((e) => e.includes('sluice_engine_bypass_requests'))!;
+    expect((await query(bypassExpr)).map((s) => Number(s.value[1]))).toEqual([0]);
+    const noLeader = (await freshRules()).find((r) => r.name === 'SluiceNoLeader')!;
+    expect(await query(noLeader.query)).toEqual([]);
+    expect(await query('ALERTS{alertname="SluiceNoLeader"}')).toEqual([]);
+  }, 180_000);
 });
 
 /** `promtool check metrics` with the exposition on stdin: exit status and its complaints. */
