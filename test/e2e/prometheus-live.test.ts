@@ -2,7 +2,9 @@
 // that scrapes a running stack with a leader and a standby: every expression evaluates, the
 // queue depth panel shows the depth Redis holds, the bypass panel the leader's 0 (all traffic
 // goes through Sluice), no alert fires, and the standby exports none of the pool gauges.
-// `promtool check metrics` accepts a live scrape of both processes.
+// `promtool check metrics` accepts a live scrape of both processes. Then the leader is killed:
+// the former standby exports the pool, and the panels and alerts stay true. The tests run in
+// order on one stack, each going on from the state the one before left.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
