@@ -20,6 +20,7 @@ import {
 import Fastify, { LogController } from 'fastify';
 import { CancelBook } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
+import { exportLedPoolsOnly } from './leader-metrics.js';
 import { allowedPools, poolsToContend } from './lease-choice.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
 import { Reach } from './reach.js';
@@ -85,6 +86,9 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
 
   // Listen at once: /healthz answers while Redis is away, /readyz says why it is not ready.
   const pools: PoolDispatcher[] = [];
+  exportLedPoolsOnly(metrics, (name) =>
+    pools.some((p) => p.pool.name === name && p.lease.isLeader),
+  );
   app.get('/metrics', async (_request, reply) =>
     reply.type(registry.contentType).send(await registry.metrics()),
   );

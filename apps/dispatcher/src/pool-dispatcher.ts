@@ -149,6 +149,9 @@ export class PoolDispatcher {
       (err) => warn('lease renewal failed', err, { pool: name }),
       deps.mayAcquire ? { mayAcquire: deps.mayAcquire } : {},
     );
+    // A standby says so from the start: SluiceNoLeader finds a pool whose leader died by
+    // its standbys' 0s, not only once one of them has led.
+    metrics.leader.set({ pool: name }, 0);
     this.load = new PoolLoad(pool.degradation);
     this.fairShare =
       deps.tenants && deps.tenants.length > 0

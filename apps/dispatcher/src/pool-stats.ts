@@ -1,6 +1,6 @@
 // What the leader publishes about its pool once a second (the gateways read it for their
-// admission answers and Retry-After estimates), and the queue depth metrics every
-// dispatcher exports.
+// admission answers and Retry-After estimates), and the queue depth metrics (exported by the
+// leader only: leader-metrics.ts).
 import { gateDecision, smoothRate, type GatePolicy } from '@sluice/admission';
 import type { PoolConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
