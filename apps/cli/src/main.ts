@@ -10,6 +10,7 @@ Commands:
   gateway      run one gateway replica (configured by the environment; see README)
   dispatcher   run a dispatcher: leads or stands by for every pool
   status       print each pool's queue, in-flight/cap, gate and engine gauges (--json)
+  pool         pause, resume or drain a pool (sluice pool --help)
 `;
 
 async function main(argv: string[]): Promise<void> {
@@ -34,6 +35,10 @@ async function main(argv: string[]): Promise<void> {
     case 'status': {
       const { runStatus } = await import('./status.js');
       return runStatus(rest);
+    }
+    case 'pool': {
+      const { runPool } = await import('./pool.js');
+      return runPool(rest);
     }
     case undefined:
     case '--help':
