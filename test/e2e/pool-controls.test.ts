@@ -111,6 +111,7 @@ describe('sluice pool', () => {
     expect(await received()).toBe(before);
     expect(await dispatcherMetric('sluice_pool_mode{pool="default",mode="paused"}')).toBe(1);
     expect(await dispatcherMetric('sluice_pool_mode{pool="default",mode="open"}')).toBe(0);
+    expect(await dispatcherMetric('sluice_gate_open{pool="default"}')).toBe(0);
     expect(
       await dispatcherMetric('sluice_queue_oldest_age_seconds{pool="default"}'),
     ).toBeGreaterThan(0);
@@ -123,6 +124,11 @@ describe('sluice pool', () => {
     expect(await client.exists(keys.poolControl('default'))).toBe(0);
     expect((await Promise.all(waiting)).map((a) => a.status)).toEqual([200, 200, 200]);
     expect(await received()).toBe(before + 3);
+    // The restarted release loop says its gate is open again.
+    await eventually(
+      async () => (await dispatcherMetric('sluice_gate_open{pool="default"}')) === 1,
+      'sluice_gate_open back at 1',
+    );
     const open = await published((s) => queuedIn(s) === 0, 'an empty queue');
     expect(open).toMatchObject({ mode: 'open', oldestQueuedMs: 0 });
   });

@@ -89,7 +89,9 @@ export class ReleaseLoop {
   private async loop(): Promise<void> {
     const { metrics, worker, engines, policy, now } = this.deps;
     const poolLabel = { pool: this.deps.pool.name };
-    let gateWasOpen = true;
+    // Unknown at the start: the loop ended with the gauge at 0 (a lost lease, a pause), so a
+    // restarted loop sets it whatever it finds.
+    let gateWasOpen: boolean | undefined;
     // Why the gate was closed when last counted: a closed gate whose reason changes (KV
     // pressure, then a stale engine) is counted again with the new reason.
     let closedFor: string | undefined;
