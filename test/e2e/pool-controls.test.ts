@@ -171,10 +171,14 @@ describe('sluice pool', () => {
     try {
       // Stopping hands the lease over: the standby leads, reading the mode before it releases.
       await stack.dispatcher.stop();
+      // A request sent while no dispatcher leads would be refused (no_leader): it goes once
+      // the new leader has published.
+      const taken = await published((s) => s.leader !== old.leader, 'the new leader');
+      expect(taken.mode).toBe('paused');
       const before = await received();
       const waiting = answer(chat(stack.gateway.url, 'across the failover', { max_tokens: 2 }));
       const first = await published(
-        (s) => s.leader !== old.leader && queuedIn(s) === 1,
+        (s) => s.leader === taken.leader && queuedIn(s) === 1,
         'the new leader with the request queued',
       );
       const later = await published(

@@ -124,15 +124,21 @@ export async function runPool(argv: string[]): Promise<void> {
         2,
       );
     const mode = targets[action];
+    const read = async () => {
+      const text = await redis.get(keys.poolStats(pool));
+      return text ? decodePoolStats(text) : undefined;
+    };
+    // Only a snapshot published after the write counts: one from before it may show the mode
+    // an earlier command set and the leader has not yet left.
+    const before = (await read())?.at;
     // Open is the key's absence: a resume leaves nothing behind.
     if (mode === 'open') await redis.del(keys.poolControl(pool));
     else await redis.set(keys.poolControl(pool), mode);
     await redis.publish(keys.controlChannel, pool);
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const text = await redis.get(keys.poolStats(pool));
-      const stats = text ? decodePoolStats(text) : undefined;
-      if (stats && (stats.mode ?? 'open') === mode) {
+      const stats = await read();
+      if (stats && stats.at !== before && (stats.mode ?? 'open') === mode) {
         process.stdout.write(doneLine(pool, mode, stats));
         return;
       }

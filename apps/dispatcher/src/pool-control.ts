@@ -1,8 +1,9 @@
 // The operator's mode of one pool (`sluice pool pause|resume|drain`) as this dispatcher
 // applies it. The pool's control key is the truth. `sluice pool` writes it and names the pool
-// on the control channel, which makes every dispatcher re-read it at once; the leader also
-// re-reads it at each stats tick (a lost message costs a second) and before it releases
-// anything after winning the lease (a paused pool stays paused across a failover).
+// on the control channel, which makes every dispatcher re-read it at once. Every dispatcher
+// also reads it at start and at each stats tick (a lost message costs a second), and again
+// before it releases anything after winning the lease (a paused pool stays paused across a
+// failover).
 //
 // Only `paused` changes what the dispatcher does (it stops taking jobs). `draining` is
 // enforced by the gateways' admission script, which reads the key itself; the leader goes on

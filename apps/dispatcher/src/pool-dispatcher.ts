@@ -259,13 +259,15 @@ export class PoolDispatcher {
     // Scrape every engine once before contending for the lease: no ungated first interval.
     await Promise.all(this.engines.map((e) => e.observer.start()));
     await this.worker.waitUntilReady();
+    await this.control.refresh();
     void this.worker.startStalledCheckTimer();
     void this.lease.start();
     this.locks.start();
     this.deps.redis.on('ready', this.onRedisReady);
     const stats = setInterval(() => {
-      // The backstop for a control message this dispatcher missed (pool-control.ts).
-      if (this.lease.isLeader) void this.control.refresh();
+      // The backstop for a control message this dispatcher missed (pool-control.ts); a
+      // standby reads it too, so that its first snapshot as leader shows the right mode.
+      void this.control.refresh();
       void this.stats.publish();
       if (this.lease.isLeader) void this.fairShare?.flush();
     }, 1000);
