@@ -151,6 +151,10 @@ describe('sluice pool', () => {
     expect(JSON.parse(refused.body)).toMatchObject({
       error: { code: 'pool_draining', message: expect.stringMatching(/pool default is draining/) },
     });
+    const gatewayMetrics = await (await fetch(`${stack.gateway.url}/metrics`)).text();
+    expect(gatewayMetrics).toMatch(
+      /^sluice_rejected_total\{model="m",reason="pool_draining"\} 1$/m,
+    );
     // The queued ones are finished all the same.
     expect((await Promise.all(queued)).map((a) => a.status)).toEqual([200, 200]);
     const drained = await published(

@@ -2,12 +2,13 @@
 // (release-loop.ts) takes jobs while it does and the gate admits; the ledger (ledger.ts)
 // counts what runs; the job runner (job-runner.ts) runs it; lock renewal (lock-renewal.ts)
 // keeps the jobs' locks; pool stats (pool-stats.ts) tell the gateways. Held-back jobs are in
-// holding.ts; the operator's mode (pause, drain) in pool-control.ts. The queue's BullMQ global concurrency is set to the pool's total cap as a
-// Redis-enforced backstop against two processes that both believe they lead.
+// holding.ts; the operator's mode (pause, drain) in pool-control.ts. The queue's BullMQ
+// global concurrency is set to the pool's total cap as a Redis-enforced backstop against two
+// processes that both believe they lead.
 import type { GatePolicy } from '@sluice/admission';
 import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
-import { QUEUE_EVENTS_MAX_LEN, type KeySpace } from '@sluice/protocol';
+import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
@@ -325,7 +326,7 @@ export class PoolDispatcher {
     void this.control.refresh();
   }
 
-  private modeChanged(mode: string, before: string): void {
+  private modeChanged(mode: PoolMode, before: PoolMode): void {
     this.deps.log.info({ pool: this.pool.name, mode, before }, 'pool mode changed');
     if (mode === 'paused') this.loop.wake();
     else if (this.releasing && !this.closing) this.loop.start();
