@@ -34,11 +34,12 @@ afterAll(async () => {
 });
 
 async function sluice(
-  ...args: string[]
+  args: string[],
+  env: Record<string, string> = {},
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
     const { stdout, stderr } = await promisify(execFile)(process.execPath, [sluiceBin, ...args], {
-      env: { ...process.env, ...stack.env },
+      env: { ...process.env, ...stack.env, ...env },
     });
     return { code: 0, stdout, stderr };
   } catch (err) {
@@ -71,25 +72,37 @@ async function dispatcherMetric(series: string): Promise<number | undefined> {
 
 describe('sluice pool', () => {
   it('refuses an unknown pool, action or flag with exit 2 and one line', async () => {
-    const unknownPool = await sluice('pool', 'pause', 'nope');
+    const unknownPool = await sluice(['pool', 'pause', 'nope']);
     expect(unknownPool.code).toBe(2);
     expect(unknownPool.stderr.trim().split('\n')).toEqual([
       'sluice pool: unknown pool "nope": expected one of default',
     ]);
-    const unknownAction = await sluice('pool', 'halt', 'default');
+    const unknownAction = await sluice(['pool', 'halt', 'default']);
     expect(unknownAction.code).toBe(2);
     expect(unknownAction.stderr).toMatch(/unknown action "halt"/);
-    const unknownFlag = await sluice('pool', 'pause', 'default', '--now');
+    const unknownFlag = await sluice(['pool', 'pause', 'default', '--now']);
     expect(unknownFlag.code).toBe(2);
     expect(unknownFlag.stderr).toMatch(/Unknown option '--now'/);
     expect(await client.exists(keys.poolControl('default'))).toBe(0);
+  });
+
+  it('says so, exit 1, when no leader shows the mode in time; the mode is set all the same', async () => {
+    // Another prefix: the pool is configured, but no dispatcher leads it there.
+    const { code, stderr } = await sluice(['pool', 'drain', 'default', '--timeout', '0.5'], {
+      SLUICE_REDIS_PREFIX: 'elsewhere',
+    });
+    expect(code).toBe(1);
+    expect(stderr.trim().split('\n')).toEqual([
+      'sluice pool: pool default is set to draining in Redis, but no dispatcher leads it after 0.5 s; the mode applies when a leader reads it (gateways refuse new requests already)',
+    ]);
+    expect(await client.get(keySpace('elsewhere').poolControl('default'))).toBe('draining');
   });
 
   it('pause stops releases while requests queue; resume releases them', async () => {
     expect((await answer(chat(stack.gateway.url, 'warm up', { max_tokens: 2 }))).status).toBe(200);
     const before = await received();
 
-    const paused = await sluice('pool', 'pause', 'default');
+    const paused = await sluice(['pool', 'pause', 'default']);
     expect(paused).toMatchObject({ code: 0, stderr: '' });
     expect(paused.stdout).toMatch(/^pool default paused: .*\(leader dispatcher-\w+, 0 queued\)\n$/);
     expect(await client.get(keys.poolControl('default'))).toBe('paused');
@@ -115,10 +128,10 @@ describe('sluice pool', () => {
     expect(
       await dispatcherMetric('sluice_queue_oldest_age_seconds{pool="default"}'),
     ).toBeGreaterThan(0);
-    const status = await sluice('status');
+    const status = await sluice(['status']);
     expect(status.stdout).toMatch(/pool default {2}mode paused .* oldest \d+\.\d s/);
 
-    const resumed = await sluice('pool', 'resume', 'default');
+    const resumed = await sluice(['pool', 'resume', 'default']);
     expect(resumed.code).toBe(0);
     expect(resumed.stdout).toMatch(/^pool default open: /);
     expect(await client.exists(keys.poolControl('default'))).toBe(0);
@@ -135,13 +148,13 @@ describe('sluice pool', () => {
 
   it('drain refuses new requests with 503 pool_draining and finishes the queued ones', async () => {
     // Paused first, so that requests are queued when the drain begins.
-    expect((await sluice('pool', 'pause', 'default')).code).toBe(0);
+    expect((await sluice(['pool', 'pause', 'default'])).code).toBe(0);
     const queued: Array<Promise<Answer>> = [1, 2].map((i) =>
       answer(chat(stack.gateway.url, `before the drain ${i}`, { max_tokens: 2 })),
     );
     await published((s) => queuedIn(s) === 2, 'two requests queued');
 
-    const draining = await sluice('pool', 'drain', 'default');
+    const draining = await sluice(['pool', 'drain', 'default']);
     expect(draining.code).toBe(0);
     expect(draining.stdout).toMatch(/^pool default draining: gateways refuse new requests/);
     const refused = await answer(chat(stack.gateway.url, 'during the drain', { max_tokens: 2 }));
@@ -164,12 +177,12 @@ describe('sluice pool', () => {
     expect(drained.oldestQueuedMs).toBe(0);
     expect(await dispatcherMetric('sluice_pool_mode{pool="default",mode="draining"}')).toBe(1);
 
-    expect((await sluice('pool', 'resume', 'default')).code).toBe(0);
+    expect((await sluice(['pool', 'resume', 'default'])).code).toBe(0);
     expect((await answer(chat(stack.gateway.url, 'after', { max_tokens: 2 }))).status).toBe(200);
   });
 
   it('a new leader keeps the pool paused', async () => {
-    expect((await sluice('pool', 'pause', 'default')).code).toBe(0);
+    expect((await sluice(['pool', 'pause', 'default'])).code).toBe(0);
     const old = await published((s) => s.mode === 'paused', 'the paused pool');
     const standby = await startDispatcher(stack.env);
     try {
@@ -192,7 +205,7 @@ describe('sluice pool', () => {
       expect(later.mode).toBe('paused');
       expect(queuedIn(later)).toBe(1);
       expect(await received()).toBe(before);
-      expect((await sluice('pool', 'resume', 'default')).code).toBe(0);
+      expect((await sluice(['pool', 'resume', 'default'])).code).toBe(0);
       expect((await waiting).status).toBe(200);
     } finally {
       await standby.stop();
