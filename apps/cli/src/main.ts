@@ -13,7 +13,8 @@ Commands:
   engine-sim   run the vLLM engine simulator (sluice engine-sim --help)
   gateway      run one gateway replica (configured by the environment; sluice gateway --help)
   dispatcher   run a dispatcher: leads or stands by for every pool (sluice dispatcher --help)
-  status       print each pool's queue, in-flight/cap, gate and engine gauges (--json)
+  status       print each pool's queue, in-flight/cap, gate and engine gauges (--json, --watch)
+  pool         pause, resume or drain a pool (sluice pool --help)
   version      print the version (also --version, -v)
 `;
 
@@ -53,6 +54,10 @@ async function main(command: string | undefined, rest: string[]): Promise<void> 
     case 'status': {
       const { runStatus } = await import('./status.js');
       return runStatus(rest);
+    }
+    case 'pool': {
+      const { runPool } = await import('./pool.js');
+      return runPool(rest);
     }
     case 'version':
     case '--version':

@@ -1,6 +1,8 @@
-// `sluice status`: what the leading dispatchers published about each pool, read from Redis.
-import { loadConfig, type RedisTopology } from '@sluice/config';
-import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
+// `sluice status`: what the leading dispatchers published about each pool, read from Redis;
+// `--watch` redraws it every `--interval` seconds (status-watch.ts).
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig, type RedisTopology, type SluiceConfig } from '@sluice/config';
+import { decodePoolStats, keySpace, type KeySpace, type PoolStats } from '@sluice/protocol';
 import {
   createRedis,
   describeTopology,
@@ -41,12 +43,17 @@ export function formatStatus(
     }
     const q = stats.queue;
     lines.push(
-      `pool ${pool}  leader ${stats.leader}  drain ${stats.drainPerSecond.toFixed(2)}/s` +
+      `pool ${pool}` +
+        (stats.mode ? `  mode ${stats.mode}` : '') +
+        `  leader ${stats.leader}  drain ${stats.drainPerSecond.toFixed(2)}/s` +
         (stats.loadState ? `  load ${stats.loadState}` : '') +
         (q
           ? `  queue: wait ${q.wait} prioritized ${q.prioritized} active ${q.active}` +
             (q.delayed === undefined ? '' : ` held ${q.delayed}`)
-          : ''),
+          : '') +
+        (stats.oldestQueuedMs === undefined
+          ? ''
+          : `  oldest ${(stats.oldestQueuedMs / 1000).toFixed(1)} s`),
     );
     const longs = stats.longs;
     if (longs && (longs.held > 0 || longs.inPrefill > 0 || longs.prefillTokensPerSecond))
@@ -94,30 +101,107 @@ function tenantLines(stats: PoolStats): string[] {
   );
 }
 
+/** Bad usage: printed as one line, exit 2. */
+export class StatusUsageError extends Error {}
+
+export interface StatusOptions {
+  json: boolean;
+  /** Refresh period of `--watch`, ms; absent: print once. */
+  watchMs?: number;
+}
+
+/** Reads `sluice status` flags strictly. */
+export function parseStatusArgs(argv: string[]): StatusOptions {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        json: { type: 'boolean' },
+        watch: { type: 'boolean', short: 'w' },
+        interval: { type: 'string' },
+      },
+      strict: true,
+    }));
+  } catch (err) {
+    throw new StatusUsageError(err instanceof Error ? err.message : String(err));
+  }
+  if (values.interval !== undefined && !values.watch)
+    throw new StatusUsageError('--interval goes with --watch');
+  if (values.watch && values.json)
+    throw new StatusUsageError('--watch and --json do not go together: --json prints once');
+  if (!values.watch) return { json: values.json ?? false };
+  let seconds = 1;
+  if (values.interval !== undefined) {
+    seconds = Number(values.interval);
+    if (!Number.isFinite(seconds) || seconds < 0.1)
+      throw new StatusUsageError(
+        `--interval=${JSON.stringify(values.interval)} is invalid: expected seconds >= 0.1`,
+      );
+  }
+  return { json: false, watchMs: seconds * 1000 };
+}
+
+/** Every pool this configuration names or some dispatcher publishes, with its stats. */
+async function readPools(
+  redis: Redis,
+  keys: KeySpace,
+  configured: readonly string[],
+): Promise<Array<{ pool: string; stats: PoolStats | undefined }>> {
+  const names = new Set(configured);
+  // Pools no dispatcher of this config leads may still publish: list them too. On a
+  // Cluster each master holds the stats of its own pools, so each is scanned.
+  for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
+    const pool = keys.poolOfStatsKey(key);
+    if (pool !== undefined) names.add(pool);
+  }
+  return Promise.all(
+    [...names].sort().map(async (pool) => {
+      const text = await redis.get(keys.poolStats(pool));
+      return { pool, stats: text ? decodePoolStats(text) : undefined };
+    }),
+  );
+}
+
 export async function runStatus(argv: string[]): Promise<void> {
-  const json = argv.includes('--json');
-  const config = loadConfig(process.env);
+  let options: StatusOptions;
+  let config: SluiceConfig;
+  try {
+    options = parseStatusArgs(argv);
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (err instanceof StatusUsageError || err instanceof ConfigError) {
+      process.stderr.write(`sluice status: ${err.message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    throw err;
+  }
   const keys = keySpace(config.redis.prefix);
   const redis = createRedis(config.redis, { name: 'sluice:status', role: 'command' });
   redis.on('error', () => {});
+  const configured = config.pools.map((p) => p.name);
   try {
-    await redisReady(redis, 3000);
-    const names = new Set(config.pools.map((p) => p.name));
-    // Pools no dispatcher of this config leads may still publish: list them too. On a
-    // Cluster each master holds the stats of its own pools, so each is scanned.
-    for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
-      const pool = keys.poolOfStatsKey(key);
-      if (pool !== undefined) names.add(pool);
+    if (options.watchMs !== undefined) {
+      const { watchStatus } = await import('./status-watch.js');
+      return await watchStatus({
+        intervalMs: options.watchMs,
+        out: process.stdout,
+        read: async () => {
+          // Redis may come and go while watching: a frame says so instead of ending the view.
+          await redisReady(redis, 3000);
+          return {
+            head: await redisLine(config.redis, redis),
+            pools: await readPools(redis, keys, configured),
+          };
+        },
+      });
     }
-    const pools = await Promise.all(
-      [...names].sort().map(async (pool) => {
-        const text = await redis.get(keys.poolStats(pool));
-        return { pool, stats: text ? decodePoolStats(text) : undefined };
-      }),
-    );
+    await redisReady(redis, 3000);
+    const pools = await readPools(redis, keys, configured);
     // --json stays the list of pools it always was; the topology is for people.
     process.stdout.write(
-      json
+      options.json
         ? `${JSON.stringify(pools)}\n`
         : (await redisLine(config.redis, redis)) + formatStatus(pools, Date.now()),
     );

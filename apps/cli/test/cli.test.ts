@@ -122,7 +122,7 @@ describe('sluice command', () => {
       }, 'sluice status to show the pool');
       expect(status.split('\n')[0]).toBe(`redis: single redis://127.0.0.1:${redisPort}`);
       expect(status).toMatch(
-        /^pool default {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0 held 0$/m,
+        /^pool default {2}mode open {2}leader dispatcher-[12] {2}drain \d+\.\d\d\/s {2}load normal {2}queue: wait 0 prioritized 0 active 0 held 0 {2}oldest 0\.0 s$/m,
       );
       // Gauges are as of the last scrape, which may have caught a request above: not pinned.
       expect(status).toMatch(

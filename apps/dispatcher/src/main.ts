@@ -161,7 +161,10 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     isCluster(redis) ? () => {} : (channel) => reach.unheard(channel),
   );
 
-  subscriber.on('message', (_channel: string, message: string) => {
+  subscriber.on('message', (channel: string, message: string) => {
+    // `sluice pool` names a pool whose mode it changed (pool-control.ts).
+    if (channel === keys.controlChannel)
+      return pools.find((p) => p.pool.name === message)?.controlChanged();
     try {
       const { jobId, reason } = decodeCancel(message);
       cancels.cancel(jobId, reason);
@@ -172,7 +175,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
   });
   // The subscriber resubscribes by itself after a reconnect; this first one may meet an outage.
   await subscriber
-    .subscribe(keys.cancelChannel)
+    .subscribe(keys.cancelChannel, keys.controlChannel)
     .catch((err: unknown) => warn('subscribing to cancels failed', err));
 
   // Pools outside SLUICE_POOLS get nothing here: no lease contention, worker or metrics.

@@ -2,12 +2,13 @@
 // (release-loop.ts) takes jobs while it does and the gate admits; the ledger (ledger.ts)
 // counts what runs; the job runner (job-runner.ts) runs it; lock renewal (lock-renewal.ts)
 // keeps the jobs' locks; pool stats (pool-stats.ts) tell the gateways. Held-back jobs are in
-// holding.ts. The queue's BullMQ global concurrency is set to the pool's total cap as a
-// Redis-enforced backstop against two processes that both believe they lead.
+// holding.ts; the operator's mode (pause, drain) in pool-control.ts. The queue's BullMQ
+// global concurrency is set to the pool's total cap as a Redis-enforced backstop against two
+// processes that both believe they lead.
 import type { GatePolicy } from '@sluice/admission';
 import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
-import { QUEUE_EVENTS_MAX_LEN, type KeySpace } from '@sluice/protocol';
+import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import { Queue, Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
@@ -20,6 +21,7 @@ import { JobRunner } from './job-runner.js';
 import { Lease } from './lease.js';
 import { InflightLedger, type InflightJob } from './ledger.js';
 import { LockRenewal } from './lock-renewal.js';
+import { PoolControl } from './pool-control.js';
 import { PoolStats } from './pool-stats.js';
 import { PrefillRate, settlePending } from './prefill-tracker.js';
 import type { RelayHub } from './relay.js';
@@ -72,6 +74,9 @@ export class PoolDispatcher {
   private readonly stats: PoolStats;
   private readonly load: PoolLoad;
   private readonly fairShare: FairShare | undefined;
+  private readonly control: PoolControl;
+  /** Leads, and has read the mode and the fair-share counters since it won the lease. */
+  private releasing = false;
   private closing = false;
   private timers: NodeJS.Timeout[] = [];
 
@@ -152,6 +157,13 @@ export class PoolDispatcher {
     // A standby says so from the start: SluiceNoLeader finds a pool whose leader died by
     // its standbys' 0s, not only once one of them has led.
     metrics.leader.set({ pool: name }, 0);
+    this.control = new PoolControl({
+      pool: name,
+      key: keys.poolControl(name),
+      redis: deps.redis,
+      changed: (mode, before) => this.modeChanged(mode, before),
+      warn,
+    });
     this.load = new PoolLoad(pool.degradation);
     this.fairShare =
       deps.tenants && deps.tenants.length > 0
@@ -186,6 +198,7 @@ export class PoolDispatcher {
       metrics,
       isLeader: () => this.lease.isLeader,
       loadState: () => this.load.profile,
+      mode: () => this.control.mode,
       fairShare: this.fairShare,
       now,
       failed: (err) => warn('publishing pool stats failed', err, { pool: name }),
@@ -225,7 +238,13 @@ export class PoolDispatcher {
       // The reply path must be up too: a job released while the command connection is still
       // reconnecting (a SIGSTOP or a partition just ended) would run with its frames stuck,
       // and its gateway would take the finished, removed job for one Redis lost.
-      mayTake: () => this.lease.isLeader && !this.closing && deps.redis.status === 'ready',
+      // A pause ends the loop like a lost lease: a job a blocked take still got goes back to
+      // the front of its priority (moveToWait), and a run that ends hands its slot to nobody.
+      mayTake: () =>
+        this.lease.isLeader &&
+        !this.closing &&
+        deps.redis.status === 'ready' &&
+        this.control.mode !== 'paused',
       log,
       now,
     });
@@ -244,11 +263,15 @@ export class PoolDispatcher {
     // Scrape every engine once before contending for the lease: no ungated first interval.
     await Promise.all(this.engines.map((e) => e.observer.start()));
     await this.worker.waitUntilReady();
+    await this.control.refresh();
     void this.worker.startStalledCheckTimer();
     void this.lease.start();
     this.locks.start();
     this.deps.redis.on('ready', this.onRedisReady);
     const stats = setInterval(() => {
+      // The backstop for a control message this dispatcher missed (pool-control.ts); a
+      // standby reads it too, so that its first snapshot as leader shows the right mode.
+      void this.control.refresh();
       void this.stats.publish();
       if (this.lease.isLeader) void this.fairShare?.flush();
     }, 1000);
@@ -298,8 +321,21 @@ export class PoolDispatcher {
 
   /** The command connection is back: a loop that stopped for it starts again if we lead. */
   private readonly onRedisReady = () => {
-    if (this.lease.isLeader && !this.closing) this.loop.start();
+    if (this.releasing && !this.closing) this.loop.start();
   };
+
+  /** `sluice pool` changed this pool's mode: read it now (the control channel's nudge). */
+  controlChanged(): void {
+    void this.control.refresh();
+  }
+
+  private modeChanged(mode: PoolMode, before: PoolMode): void {
+    this.deps.log.info({ pool: this.pool.name, mode, before }, 'pool mode changed');
+    if (mode === 'paused') this.loop.wake();
+    else if (this.releasing && !this.closing) this.loop.start();
+    // Published at once: `sluice pool` waits for the leader to show the new mode.
+    if (this.lease.isLeader) void this.stats.publish();
+  }
 
   private onAcquired(): void {
     const { log, metrics } = this.deps;
@@ -309,14 +345,19 @@ export class PoolDispatcher {
       .setGlobalConcurrency(this.totalCap)
       .catch((err: unknown) => log.error({ err }, 'setGlobalConcurrency failed'));
     void this.holding.adopt();
-    // The counters first: the first pick is the previous leader's next one.
-    if (this.fairShare) void this.fairShare.load().finally(() => this.loop.start());
-    else this.loop.start();
+    // The mode and the counters first: a paused pool releases nothing after a failover, and
+    // the first pick is the previous leader's next one.
+    void Promise.all([this.control.refresh(), this.fairShare?.load()]).finally(() => {
+      if (!this.lease.isLeader) return;
+      this.releasing = true;
+      this.loop.start();
+    });
   }
 
   private onLost(): void {
     this.deps.log.warn({ pool: this.pool.name }, 'lease lost: stopped releasing');
     this.deps.metrics.leader.set({ pool: this.pool.name }, 0);
+    this.releasing = false;
     this.holding.forget();
     this.loop.wake();
   }

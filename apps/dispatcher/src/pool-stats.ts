@@ -4,13 +4,14 @@
 import { gateDecision, smoothRate, type GatePolicy } from '@sluice/admission';
 import type { PoolConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
-import { encodePoolStats, type KeySpace } from '@sluice/protocol';
+import { encodePoolStats, poolModes, type KeySpace, type PoolMode } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
 import type { FairShare } from './fair-share.js';
 import type { Holding } from './holding.js';
 import type { InflightLedger } from './ledger.js';
+import { oldestQueuedAt } from './oldest-queued.js';
 import { longPromptStats, type PrefillRate } from './prefill-tracker.js';
 
 export interface PoolStatsDeps {
@@ -27,6 +28,8 @@ export interface PoolStatsDeps {
   metrics: DispatcherMetrics;
   isLeader: () => boolean;
   loadState: () => string;
+  /** The operator's mode as this dispatcher applies it (pool-control.ts). */
+  mode: () => PoolMode;
   fairShare: FairShare | undefined;
   now: () => number;
   failed: (err: unknown) => void;
@@ -73,12 +76,20 @@ export class PoolStats {
       );
       this.releasedSinceStats = 0;
       this.lastStatsAt = at;
+      const mode = this.deps.mode();
+      for (const m of poolModes) metrics.poolMode.set({ pool, mode: m }, m === mode ? 1 : 0);
+      const oldest = await oldestQueuedAt(redis, keys, pool);
+      // The add time is the gateway's clock: a skew never reads as a negative age.
+      const oldestQueuedMs = oldest === undefined ? 0 : Math.max(0, at - oldest);
+      metrics.queueOldestAge.set({ pool }, oldestQueuedMs / 1000);
       const stats = encodePoolStats({
         leader: this.deps.id,
         at,
         drainPerSecond: this.drainPerSecond,
         queue: depth,
         loadState: this.deps.loadState(),
+        mode,
+        oldestQueuedMs,
         longs: longPromptStats({
           held: this.deps.holding.held.longTokens(),
           released: [...this.deps.ledger.values()].map((j) => j.work),

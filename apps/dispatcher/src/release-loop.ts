@@ -89,8 +89,8 @@ export class ReleaseLoop {
   private async loop(): Promise<void> {
     const { metrics, worker, engines, policy, now } = this.deps;
     const poolLabel = { pool: this.deps.pool.name };
-    // Unknown at the start: the gauge is set on the first turn (a loop started again after a
-    // lost lease or a Redis outage would otherwise leave the 0 its end wrote).
+    // Unknown at the start: the loop ended with the gauge at 0 (a lost lease, a pause, a Redis
+    // outage), so a restarted loop sets it on its first turn whatever it finds.
     let gateWasOpen: boolean | undefined;
     // Why the gate was closed when last counted: a closed gate whose reason changes (KV
     // pressure, then a stale engine) is counted again with the new reason.

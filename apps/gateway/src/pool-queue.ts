@@ -20,8 +20,15 @@ import { withTimeout } from './timeout.js';
 /** What became of a job the gateway tried to take back from the queue. */
 export type QueuedRemoval = 'removed' | 'taken' | 'missing';
 
-/** Why a job was not added: the pool's depth bound, or its tenant's `maxQueued`. */
-export type AddRefusal = 'queue_full' | 'tenant_queue_full';
+/** Why a job was not added: the pool's depth bound, its tenant's `maxQueued`, or a drain. */
+export type AddRefusal = 'queue_full' | 'tenant_queue_full' | 'pool_draining';
+
+/** The admission script's answers below zero. */
+const refusals: Record<number, AddRefusal> = {
+  [-1]: 'queue_full',
+  [-2]: 'tenant_queue_full',
+  [-3]: 'pool_draining',
+};
 
 /** The tenant a job is queued for, and its own bound (absent: none). */
 export interface QueuedTenant {
@@ -42,24 +49,29 @@ export interface QueuedTenant {
 // maxQueued (ARGV[3], 0 = none) in the same script, so the bound is exact across replicas
 // too. Members whose job is gone are dropped before a refusal, so only jobs still queued (or
 // running, until the dispatcher drops them at release) count.
-// KEYS: wait, prioritized, delayed, job key, [tenant set]. ARGV: bound, placeholder ms,
-// tenant bound, priority, job key prefix, job id.
+//
+// An operator's drain (`sluice pool drain`, the pool's control key KEYS[5] = 'draining') is
+// read here too: the refusal costs no round trip of its own and holds from the moment the
+// key is written, on every replica at once, with nothing cached.
+// KEYS: wait, prioritized, delayed, job key, control, [tenant set]. ARGV: bound, placeholder
+// ms, tenant bound, priority, job key prefix, job id.
 const admitScript = `local function refuse(code)
   redis.call('hset', KEYS[4], 'sluiceRefused', '1')
   redis.call('pexpire', KEYS[4], ARGV[2])
   return code
 end
+if redis.call('get', KEYS[5]) == 'draining' then return refuse(-3) end
 local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
 if n >= tonumber(ARGV[1]) then return refuse(-1) end
-if KEYS[5] then
+if KEYS[6] then
   local bound = tonumber(ARGV[3])
-  if bound > 0 and redis.call('zcard', KEYS[5]) >= bound then
-    for _, id in ipairs(redis.call('zrange', KEYS[5], 0, -1)) do
-      if redis.call('exists', ARGV[5] .. id) == 0 then redis.call('zrem', KEYS[5], id) end
+  if bound > 0 and redis.call('zcard', KEYS[6]) >= bound then
+    for _, id in ipairs(redis.call('zrange', KEYS[6], 0, -1)) do
+      if redis.call('exists', ARGV[5] .. id) == 0 then redis.call('zrem', KEYS[6], id) end
     end
-    if redis.call('zcard', KEYS[5]) >= bound then return refuse(-2) end
+    if redis.call('zcard', KEYS[6]) >= bound then return refuse(-2) end
   end
-  redis.call('zadd', KEYS[5], ARGV[4], ARGV[6])
+  redis.call('zadd', KEYS[6], ARGV[4], ARGV[6])
 end
 return n`;
 
@@ -122,6 +134,7 @@ export class PoolQueue {
   private readonly waitKey: string;
   private readonly prioritizedKey: string;
   private readonly delayedKey: string;
+  private readonly controlKey: string;
   private readonly jobKeyPrefix: string;
   private leaderSeen = { value: false, until: 0 };
   private stats: {
@@ -150,6 +163,7 @@ export class PoolQueue {
     this.waitKey = keys.queueKey(pool.name, 'wait');
     this.prioritizedKey = keys.queueKey(pool.name, 'prioritized');
     this.delayedKey = keys.queueKey(pool.name, 'delayed');
+    this.controlKey = keys.poolControl(pool.name);
     this.jobKeyPrefix = keys.jobKey(pool.name, '');
   }
 
@@ -174,7 +188,13 @@ export class PoolQueue {
     retry = true,
   ): Promise<AddRefusal | undefined> {
     const priority = bullPriority(payload.priority, this.maxPriority, level);
-    const keys = [this.waitKey, this.prioritizedKey, this.delayedKey, this.jobKey(jobId)];
+    const keys = [
+      this.waitKey,
+      this.prioritizedKey,
+      this.delayedKey,
+      this.jobKey(jobId),
+      this.controlKey,
+    ];
     const args: Array<string | number> = [
       this.pool.queueDepth,
       PLACEHOLDER_MS,
@@ -221,10 +241,10 @@ export class PoolQueue {
       if (queued === -1) this.lastQueued = this.pool.queueDepth;
       // Gone before the refusal is answered; it would expire on its own should Redis be away.
       await this.redis.del(this.jobKey(jobId)).catch(() => {});
-      return queued === -1 ? 'queue_full' : 'tenant_queue_full';
+      return refusals[queued] ?? 'queue_full';
     }
     if (added[0]) {
-      if (tenant) await this.redis.zrem(keys[4]!, jobId).catch(() => 0);
+      if (tenant) await this.redis.zrem(keys[5]!, jobId).catch(() => 0);
       // Redis forgot BullMQ's scripts (SCRIPT FLUSH) while this connection had sent them:
       // inside a transaction ioredis does not resend them, so they are loaded and the
       // whole admission runs again (nothing was added).

@@ -217,6 +217,25 @@ describe('pool queue (gateway side)', () => {
     await wide.close();
   });
 
+  it('refuses every add while the pool drains, tenants included, and only then', async () => {
+    expect(await queue.add('before', payload(), 'short')).toBeUndefined();
+    await redis.set(keys.poolControl('p'), 'draining');
+    expect(await queue.add('d1', payload(), 'short')).toBe('pool_draining');
+    expect(await queue.add('d2', payload(), 'short', { name: 'alpha', maxQueued: 4 })).toBe(
+      'pool_draining',
+    );
+    // Nothing of the refused adds is left: no job, no placeholder, no tenant member.
+    expect(await redis.exists(keys.jobKey('p', 'd1'), keys.jobKey('p', 'd2'))).toBe(0);
+    expect(await redis.exists(keys.tenantQueued('p', 'alpha'))).toBe(0);
+    expect(await queue.queue.count()).toBe(1);
+    // Paused still queues; a resume (the key deleted) opens again.
+    await redis.set(keys.poolControl('p'), 'paused');
+    expect(await queue.add('p1', payload(), 'short')).toBeUndefined();
+    await redis.del(keys.poolControl('p'));
+    expect(await queue.add('o1', payload(), 'short')).toBeUndefined();
+    expect(await queue.queue.count()).toBe(3);
+  });
+
   it('knows whether a dispatcher leads the pool', async () => {
     const fresh = new PoolQueue(pool, keys, redis, bull, 10, Date.now);
     expect(await fresh.hasLeader()).toBe(false);

@@ -27,8 +27,11 @@ export {
   type StartInfo,
 } from './frames.js';
 export {
+  decodePoolMode,
   decodePoolStats,
   encodePoolStats,
+  isPoolMode,
+  poolModes,
   type EngineStats,
   type LongPromptStats,
   type PoolMode,

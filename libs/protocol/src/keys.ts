@@ -40,6 +40,12 @@ export interface KeySpace {
   replyChannel(replica: string): string;
   /** Pub/sub channel on which gateways ask the dispatcher to cancel a running job. */
   readonly cancelChannel: string;
+  /**
+   * Pub/sub channel on which `sluice pool` names a pool whose `poolControl` key it changed:
+   * a nudge to re-read the key now (the key is the truth; the leader also re-reads it each
+   * stats tick, so a lost message costs at most a second).
+   */
+  readonly controlChannel: string;
 }
 
 const validPart = /^[A-Za-z0-9_.-]+$/;
@@ -76,5 +82,6 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     replicaAlive: (replica) => `${prefix}:{replicas}:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,
     cancelChannel: `${prefix}:cancel`,
+    controlChannel: `${prefix}:control`,
   };
 }

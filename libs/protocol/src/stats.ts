@@ -26,6 +26,27 @@ export interface PoolStats {
 /** `paused`: nothing is released, requests still queue; `draining`: no new requests, the queue is finished. */
 export type PoolMode = 'open' | 'paused' | 'draining';
 
+export const poolModes: readonly PoolMode[] = ['open', 'paused', 'draining'];
+
+export function isPoolMode(value: unknown): value is PoolMode {
+  return typeof value === 'string' && (poolModes as readonly string[]).includes(value);
+}
+
+/**
+ * The mode stored under `keys.poolControl(pool)`: absent is open. `open` is never stored
+ * (resume deletes the key); a value nobody wrote through `sluice pool` is a protocol error,
+ * which readers treat as open, as the gateways' admission script does (it refuses only on
+ * `draining`).
+ */
+export function decodePoolMode(stored: string | null): PoolMode {
+  if (stored === null) return 'open';
+  if (!isPoolMode(stored))
+    throw new ProtocolError(
+      `pool control value ${JSON.stringify(stored)} is not one of ${poolModes.join(', ')}`,
+    );
+  return stored;
+}
+
 export interface TenantStats {
   /** Queued (not yet released) in the pool, held ones included. */
   queued: number;
@@ -85,5 +106,18 @@ export function decodePoolStats(text: string): PoolStats {
     !Array.isArray(s.engines)
   )
     throw new ProtocolError('pool stats must have leader, at, drainPerSecond and engines');
+  if (s.mode !== undefined && !isPoolMode(s.mode))
+    throw new ProtocolError(
+      `pool stats mode ${JSON.stringify(s.mode)} is not one of ${poolModes.join(', ')}`,
+    );
+  if (
+    s.oldestQueuedMs !== undefined &&
+    (typeof s.oldestQueuedMs !== 'number' ||
+      !Number.isFinite(s.oldestQueuedMs) ||
+      s.oldestQueuedMs < 0)
+  )
+    throw new ProtocolError(
+      `pool stats oldestQueuedMs must be a number >= 0, got ${JSON.stringify(s.oldestQueuedMs)}`,
+    );
   return s as PoolStats;
 }

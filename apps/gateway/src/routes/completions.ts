@@ -254,7 +254,7 @@ async function addWithin(
   }
 }
 
-/** The answer to an add that a bound refused: the pool's depth, or the tenant's own. */
+/** The answer to an add that was refused: the pool's depth, the tenant's own, or a drain. */
 function queueRefusal(
   refused: AddRefusal,
   pool: PoolQueue,
@@ -262,6 +262,12 @@ function queueRefusal(
   retryAfter: number,
 ): Refusal {
   const name = pool.pool.name;
+  // The drain's Retry-After is the table's: the drain rate says nothing of when it ends.
+  if (refused === 'pool_draining')
+    return refusal(
+      'pool_draining',
+      `pool ${name} is draining (sluice pool drain): not taking new requests`,
+    );
   return refused === 'queue_full'
     ? refusal(
         'queue_full',

@@ -1,0 +1,161 @@
+// `sluice pool pause|resume|drain NAME`: sets a pool's operator mode (docs/operations.md,
+// "Pool controls"). The mode lives under the pool's control key; the command names the pool
+// on the control channel so the dispatchers read it at once, then waits until the leader's
+// published stats show the new mode: when it prints, the mode is in force.
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig } from '@sluice/config';
+import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
+import { createRedis, redisReady, scanKeys, type Redis } from '@sluice/redis';
+
+export const poolUsage = `Usage: sluice pool pause|resume|drain NAME [--timeout SECONDS]
+
+  pause    the leader stops releasing; gateways keep queueing up to the queue bound
+  resume   releases restart; gateways take new requests again (ends a drain too)
+  drain    gateways refuse new requests (503 pool_draining); the leader finishes the queue
+
+  --timeout SECONDS   how long to wait for the leader to show the mode (default 10)
+`;
+
+const targets = { pause: 'paused', resume: 'open', drain: 'draining' } as const;
+export type PoolAction = keyof typeof targets;
+
+export interface PoolCommand {
+  action: PoolAction;
+  pool: string;
+  timeoutMs: number;
+}
+
+/** Bad usage: printed as one line, exit 2. */
+export class UsageError extends Error {}
+
+/** Reads the command line strictly; `help` when asked for it. */
+export function parsePoolArgs(argv: string[]): PoolCommand | 'help' {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: { timeout: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (err) {
+    throw new UsageError(err instanceof Error ? err.message : String(err));
+  }
+  if (parsed.values.help) return 'help';
+  const [action, pool, ...extra] = parsed.positionals;
+  if (action === undefined) throw new UsageError('expected an action: pause, resume or drain');
+  if (!Object.hasOwn(targets, action))
+    throw new UsageError(
+      `unknown action ${JSON.stringify(action)}: expected pause, resume or drain`,
+    );
+  if (pool === undefined) throw new UsageError(`expected the pool to ${action}`);
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
+  let timeoutMs = 10_000;
+  if (parsed.values.timeout !== undefined) {
+    const seconds = Number(parsed.values.timeout);
+    if (!Number.isFinite(seconds) || seconds <= 0)
+      throw new UsageError(
+        `--timeout=${JSON.stringify(parsed.values.timeout)} is invalid: expected seconds > 0`,
+      );
+    timeoutMs = seconds * 1000;
+  }
+  return { action: action as PoolAction, pool, timeoutMs };
+}
+
+/** The line printed once the leader shows the mode. */
+export function doneLine(pool: string, mode: PoolMode, stats: PoolStats): string {
+  const q = stats.queue;
+  const queued = q ? q.wait + q.prioritized + (q.delayed ?? 0) : undefined;
+  const what =
+    mode === 'paused'
+      ? 'paused: the leader releases nothing; requests queue up to the bound'
+      : mode === 'draining'
+        ? 'draining: gateways refuse new requests; the leader finishes the queue'
+        : 'open: releasing and taking new requests';
+  return `pool ${pool} ${what} (leader ${stats.leader}${queued === undefined ? '' : `, ${queued} queued`})\n`;
+}
+
+/** Pools this configuration names, and pools some dispatcher publishes stats for. */
+async function knownPools(redis: Redis, configured: string[], prefix: string): Promise<string[]> {
+  const keys = keySpace(prefix);
+  const names = new Set(configured);
+  for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
+    const pool = keys.poolOfStatsKey(key);
+    if (pool !== undefined) names.add(pool);
+  }
+  return [...names].sort();
+}
+
+export async function runPool(argv: string[]): Promise<void> {
+  const fail = (message: string, code: number) => {
+    process.stderr.write(`sluice pool: ${message}\n`);
+    process.exitCode = code;
+  };
+  let command: PoolCommand | 'help';
+  let config;
+  try {
+    command = parsePoolArgs(argv);
+    if (command === 'help') {
+      process.stdout.write(poolUsage);
+      return;
+    }
+    config = loadConfig(process.env);
+  } catch (err) {
+    if (err instanceof UsageError || err instanceof ConfigError) return fail(err.message, 2);
+    throw err;
+  }
+  const { action, pool, timeoutMs } = command;
+  const keys = keySpace(config.redis.prefix);
+  const redis = createRedis(config.redis, { name: 'sluice:pool', role: 'command' });
+  redis.on('error', () => {});
+  try {
+    await redisReady(redis, 3000);
+    const known = await knownPools(
+      redis,
+      config.pools.map((p) => p.name),
+      config.redis.prefix,
+    );
+    if (!known.includes(pool))
+      return fail(
+        `unknown pool ${JSON.stringify(pool)}: ` +
+          (known.length === 0
+            ? 'none is configured (VLLM_URL, SLUICE_CONFIG) or published by a dispatcher'
+            : `expected one of ${known.join(', ')}`),
+        2,
+      );
+    const mode = targets[action];
+    const read = async () => {
+      const text = await redis.get(keys.poolStats(pool));
+      return text ? decodePoolStats(text) : undefined;
+    };
+    // Only a snapshot published after the write counts: one from before it may show the mode
+    // an earlier command set and the leader has not yet left.
+    const before = (await read())?.at;
+    // Open is the key's absence: a resume leaves nothing behind.
+    if (mode === 'open') await redis.del(keys.poolControl(pool));
+    else await redis.set(keys.poolControl(pool), mode);
+    await redis.publish(keys.controlChannel, pool);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const stats = await read();
+      if (stats && stats.at !== before && (stats.mode ?? 'open') === mode) {
+        process.stdout.write(doneLine(pool, mode, stats));
+        return;
+      }
+      if (Date.now() >= deadline)
+        return fail(
+          `pool ${pool} is set to ${mode} in Redis, but ` +
+            (stats
+              ? `its leader ${stats.leader} still shows ${stats.mode ?? 'open'}`
+              : 'no dispatcher leads it') +
+            ` after ${timeoutMs / 1000} s; the mode applies when a leader reads it` +
+            (mode === 'draining' ? ' (gateways refuse new requests already)' : ''),
+          1,
+        );
+      // The leader publishes at once when it applies the mode, and each second anyway.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  } finally {
+    redis.disconnect();
+  }
+}
