@@ -154,6 +154,8 @@ describe('job runner', () => {
     expect(types[1]).toBe('head');
     expect(types.at(-1)).toBe('end');
     expect(types).toContain('data');
+    // Three tokens streamed without usage: counted from the events, the role's not among them.
+    expect(frames.at(-1)).toMatchObject({ type: 'end', info: { completionTokens: 3 } });
     expect(await queue.getJobState(job.id!)).toBe('completed');
   });
 
