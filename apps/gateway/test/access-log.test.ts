@@ -43,7 +43,7 @@ function logged() {
 async function value(registry: Registry, name: string, labels: Record<string, string>) {
   // A histogram's samples are named `<name>_sum`, `<name>_count`, `<name>_bucket`.
   const samples = (await registry.getMetricsAsJSON()).flatMap((m) =>
-    m.values.map((v) => ({ ...v, name: v.metricName ?? m.name })),
+    m.values.map((v) => ({ ...v, name: (v as { metricName?: string }).metricName ?? m.name })),
   );
   const found = samples.find(
     (v) =>
