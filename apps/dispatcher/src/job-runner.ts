@@ -147,7 +147,7 @@ export class JobRunner {
         end: () => {
           const more = tokens.end();
           fairShare?.output(payload.tenant, more);
-          return tokens.totals();
+          return payload.endCounts === true ? tokens.totals() : undefined;
         },
       });
     } finally {

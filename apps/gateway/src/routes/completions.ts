@@ -151,6 +151,7 @@ export async function completionRoutes(
         path,
         stream,
         replica: replicaId,
+        endCounts: true,
         enqueuedAt: now(),
         deadline: now() + route.pool.maxParkSeconds * 1000,
         priority: priorityOf(
