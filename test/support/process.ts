@@ -9,6 +9,10 @@ export interface StartedProcess {
   readonly ready: RegExpMatchArray;
   /** Every line the process wrote so far (stdout and stderr), for assertions and failures. */
   readonly output: string[];
+  /** The lines it wrote on stderr only. */
+  readonly stderr: string[];
+  /** Resolves once it has exited and its output is read to the end, with its exit code or signal. */
+  readonly closed: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** Resolves with the first line matching `pattern` written after this call (or already written). */
   waitForLine(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
   /** Sends `signal` and resolves when the process has exited. */
@@ -31,12 +35,18 @@ export async function startProcess(options: StartOptions): Promise<StartedProces
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output: string[] = [];
+  const stderr: string[] = [];
   const watchers = new Set<{ pattern: RegExp; resolve: (m: RegExpMatchArray) => void }>();
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // 'close' comes after the last 'line' of both streams.
+  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('close', (code, signal) => resolve({ code, signal })),
+  );
 
   for (const stream of [child.stdout, child.stderr]) {
     createInterface({ input: stream! }).on('line', (line) => {
       output.push(line);
+      if (stream === child.stderr) stderr.push(line);
       for (const watcher of watchers) {
         const match = line.match(watcher.pattern);
         if (match) {
@@ -83,7 +93,7 @@ export async function startProcess(options: StartOptions): Promise<StartedProces
 
   try {
     const ready = await waitForLine(options.ready);
-    return { child, ready, output, waitForLine, stop };
+    return { child, ready, output, stderr, closed, waitForLine, stop };
   } catch (err) {
     await stop('SIGKILL');
     throw err;

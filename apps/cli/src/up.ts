@@ -4,6 +4,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { strictFlags } from './args.js';
 
 const cliMain = fileURLToPath(new URL('./main.js', import.meta.url));
 
@@ -15,7 +16,11 @@ function exited(child: ChildProcess): Promise<void> {
 interface Started {
   name: string;
   child: ChildProcess;
+  /** Its last lines: those on stderr when it wrote any (a fatal error is there), else stdout's. */
+  lastLines(): string[];
 }
+
+const TAIL_LINES = 10;
 
 /** Spawns a child and resolves with the first output line matching `ready`. */
 function startChild(
@@ -27,17 +32,22 @@ function startChild(
 ): Promise<[Started, RegExpMatchArray]> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
-    const tail: string[] = [];
+    const tails = { stdout: [] as string[], stderr: [] as string[] };
+    const lastLines = () => (tails.stderr.length > 0 ? tails.stderr : tails.stdout);
     let settled = false;
-    for (const stream of [child.stdout!, child.stderr!]) {
+    for (const [stream, tail] of [
+      [child.stdout!, tails.stdout],
+      [child.stderr!, tails.stderr],
+    ] as const) {
       createInterface({ input: stream }).on('line', (line) => {
         if (process.env['SLUICE_UP_VERBOSE']) process.stdout.write(`[${name}] ${line}\n`);
-        if (settled) return;
         tail.push(line);
+        if (tail.length > TAIL_LINES) tail.shift();
+        if (settled) return;
         const match = line.match(ready);
         if (match) {
           settled = true;
-          resolve([{ name, child }, match]);
+          resolve([{ name, child, lastLines }, match]);
         }
       });
     }
@@ -46,22 +56,50 @@ function startChild(
       settled = true;
     });
     child.once('exit', (code, signal) => {
-      if (!settled)
-        reject(
-          new Error(
-            `${name} exited (${code ?? signal}) before it was ready:\n${tail.slice(-10).join('\n')}`,
-          ),
-        );
-      settled = true;
+      // Its last lines may still be in the pipes: read them to the end first.
+      void Promise.all([child.stdout!, child.stderr!].map(ended)).then(() => {
+        if (!settled)
+          reject(
+            new Error(
+              `${exitLine(name, code, signal)} before it was ready:\n${lastLines().join('\n')}`,
+            ),
+          );
+        settled = true;
+      });
     });
   });
 }
 
+function ended(stream: NodeJS.ReadableStream): Promise<void> {
+  return new Promise((resolve) => {
+    if ((stream as { readableEnded?: boolean }).readableEnded) resolve();
+    else stream.once('close', () => resolve());
+  });
+}
+
+function exitLine(name: string, code: number | null, signal: NodeJS.Signals | null): string {
+  return `${name} exited (${code === null ? `signal ${signal}` : `code ${code}`})`;
+}
+
+const upHelp = `Usage: sluice up
+
+Runs a local stack on this machine as child processes: redis-server (unless REDIS_URL,
+REDIS_SENTINELS or REDIS_CLUSTER_NODES is set; port SLUICE_REDIS_PORT, default 6379), the
+engine simulator (unless VLLM_URL is set; port SLUICE_ENGINE_PORT, default 8000), two
+dispatchers (METRICS_PORT and the next) and two gateways (PORT and the next). Ctrl-C stops
+them all. A child that fails is named with its last lines, and up exits 1.
+SLUICE_UP_VERBOSE=1 echoes every child's log. See apps/cli/README.md.
+`;
+
 export async function runUp(argv: string[]): Promise<void> {
-  if (argv.length > 0)
-    throw new Error(`up takes no arguments (configure it with the environment; see README)`);
+  if (strictFlags('up', argv, {}).help) {
+    process.stdout.write(upHelp);
+    return;
+  }
   const started: Started[] = [];
+  let stopping = false;
   const stopAll = () => {
+    stopping = true;
     for (const { child } of [...started].reverse())
       if (child.exitCode === null) child.kill('SIGTERM');
   };
@@ -129,7 +167,7 @@ export async function runUp(argv: string[]): Promise<void> {
         },
       );
       started.push(child);
-      dispatchers.push(`${match[1]!}/metrics  (${role} at start)`);
+      dispatchers.push(`${match[1]!}/status  (${role} at start; /metrics)`);
     }
     const gateways: string[] = [];
     for (const i of [0, 1]) {
@@ -159,7 +197,20 @@ export async function runUp(argv: string[]): Promise<void> {
         '',
       ].join('\n'),
     );
-    await Promise.race(started.map(({ child }) => exited(child)));
+    const first = await Promise.race(
+      started.map(async (s) => {
+        await exited(s.child);
+        await Promise.all([s.child.stdout!, s.child.stderr!].map(ended));
+        return s;
+      }),
+    );
+    // Ctrl-C stops every child; one that ended by itself failed, and takes the stack down.
+    if (!stopping) {
+      const { name, child } = first;
+      throw new Error(
+        `${exitLine(name, child.exitCode, child.signalCode)}; stopping the stack. Its last lines:\n${first.lastLines().join('\n')}`,
+      );
+    }
   } finally {
     stopAll();
     // Return only once every component is gone, so a supervisor that saw `up` exit can

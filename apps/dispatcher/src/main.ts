@@ -25,6 +25,7 @@ import { PoolDispatcher } from './pool-dispatcher.js';
 import { Reach } from './reach.js';
 import { RelayHub } from './relay.js';
 import { ReplicaLiveness } from './replicas.js';
+import { registerStatusPage } from './status-page.js';
 import { limitedWarn } from './warn-limit.js';
 
 export interface Dispatcher {
@@ -94,7 +95,25 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       .code(ok ? 200 : 503)
       .send({ redis: ok, leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name) });
   });
-  const url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
+  registerStatusPage(app, {
+    id,
+    redis,
+    keys,
+    configured: config.pools.map((p) => p.name),
+    roles: () => ({
+      leading: pools.filter((p) => p.lease.isLeader).map((p) => p.pool.name),
+      standby: pools.filter((p) => !p.lease.isLeader).map((p) => p.pool.name),
+    }),
+    now,
+  });
+  let url: string;
+  try {
+    url = await app.listen({ host: config.http.host, port: config.http.metricsPort });
+  } catch (err) {
+    // The connections are already trying to reach Redis: nothing may keep the process alive.
+    for (const conn of connections) conn.disconnect();
+    throw err;
+  }
   log.info(
     { id, url, redis: describeTopology(config.redis) },
     'dispatcher listening: waiting for Redis',

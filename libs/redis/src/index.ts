@@ -10,3 +10,4 @@ export {
 export { isAuthError, RedisAuthError, redisHealthy, redisReady } from './health.js';
 export { RedisTlsError } from './tls.js';
 export { describeTopology, scanKeys, sentinelMaster } from './topology.js';
+export { publishingPools, readPoolStats, type PublishedPool } from './pool-stats.js';

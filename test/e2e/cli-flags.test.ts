@@ -1,0 +1,72 @@
+// Strict command lines: `sluice --version`, `--help` that starts nothing, and one line with
+// exit 2 for a flag or argument a command does not take.
+import { readFileSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { repoRoot, sluiceBin, startProcess, type StartedProcess } from '../support/index.ts';
+
+const cleanup: StartedProcess[] = [];
+afterEach(async () => {
+  for (const p of cleanup.splice(0)) await p.stop();
+});
+
+const { version } = JSON.parse(readFileSync(`${repoRoot}package.json`, 'utf8')) as {
+  version: string;
+};
+
+/** Runs `sluice ...` to its exit. Nothing it needs is there: a start would hang, not exit. */
+async function sluice(args: string[], first: RegExp) {
+  const proc = await startProcess({
+    command: process.execPath,
+    args: [sluiceBin, ...args],
+    // Nothing listens here: a gateway or dispatcher that started would wait for it, not exit.
+    env: { REDIS_URL: 'redis://127.0.0.1:9', VLLM_URL: 'http://127.0.0.1:9', PORT: '0' },
+    ready: first,
+  });
+  cleanup.push(proc);
+  return { proc, ...(await proc.closed) };
+}
+
+describe('sluice --version', () => {
+  it.each([['--version'], ['-v'], ['version']])('%s prints the package version', async (flag) => {
+    const { proc, code } = await sluice([flag], /^sluice /);
+    expect(code).toBe(0);
+    expect(proc.output).toEqual([`sluice ${version}`]);
+  });
+});
+
+describe.each(['gateway', 'dispatcher'])('sluice %s', (command) => {
+  it.each([['--help'], ['-h']])(
+    '%s prints what configures it and exits 0 without starting',
+    async (flag) => {
+      const { proc, code } = await sluice([command, flag], /^Usage:/);
+      expect(code).toBe(0);
+      expect(proc.stderr).toEqual([]);
+      expect(proc.output[0]).toBe(`Usage: sluice ${command}`);
+      const text = proc.output.join('\n');
+      expect(text).toContain('README.md');
+      // The variables it reads, from @sluice/config's table.
+      expect(text).toMatch(/^\| `REDIS_URL` \|/m);
+      expect(text).not.toMatch(/listening|"level"/);
+    },
+  );
+
+  it.each([
+    [['--bogus'], 'unknown flag --bogus'],
+    [['--port=8080'], 'unknown flag --port'],
+    [['-x'], 'unknown flag -x'],
+    [['serve'], 'unexpected argument "serve"'],
+  ])('refuses %j with one line and exit 2', async (args, why) => {
+    const { proc, code } = await sluice([command, ...args], new RegExp(`^sluice ${command}:`));
+    expect(code).toBe(2);
+    expect(proc.output).toEqual([`sluice ${command}: ${why} (see sluice ${command} --help)`]);
+  });
+});
+
+describe('sluice up', () => {
+  it('--help prints what it starts and exits 0', async () => {
+    const { proc, code } = await sluice(['up', '--help'], /^Usage:/);
+    expect(code).toBe(0);
+    expect(proc.output[0]).toBe('Usage: sluice up');
+    expect(proc.output.join('\n')).toContain('SLUICE_UP_VERBOSE');
+  });
+});
