@@ -56,8 +56,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const requestTimeoutMs = Math.ceil(limits.requestTimeoutSeconds * 1000);
   const app = Fastify({
     logger: loggerOptions(loaded.logLevel, 'gateway'),
-    // Per-request logs would cost more than the request itself on the hot path.
-    // The access log (access-log.ts) writes one line per completion request instead.
+    // Fastify's request logging (two lines per request, probes included) stays off: the
+    // access log (access-log.ts) writes one line per completion request instead.
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: (req) => requestId(req.headers[REQUEST_ID_HEADER]),
     bodyLimit: limits.maxBodyBytes,
