@@ -78,8 +78,8 @@ const agent = new Agent({ connections: 1 });
 let env: Record<string, string>;
 
 beforeAll(async () => {
-  // LOG_LEVEL stays at the harness's `info`: the harness waits for the info-level ready line,
-  // and nothing on the request path logs at info.
+  // LOG_LEVEL stays at the harness's `info`: the harness waits for the info-level ready line.
+  // On the request path only the gateway's access log writes at info, as it does by default.
   stack = await startStack({
     env: { ADMISSION_MAX_INFLIGHT: '64', VLLM_MAX_QUEUE_DEPTH: '100000' },
   });

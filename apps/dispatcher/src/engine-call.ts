@@ -2,7 +2,7 @@
 // is passed through as bytes: the dispatcher never parses what the engine streams.
 import type { EngineConfig } from '@sluice/config';
 import { markStage } from '@sluice/observability';
-import type { CompletionPath } from '@sluice/protocol';
+import type { CompletionPath, EndInfo } from '@sluice/protocol';
 import { Pool } from 'undici';
 import { CancelledError } from './cancels.js';
 import type { ReplyRelay } from './relay.js';
@@ -18,6 +18,8 @@ export interface EngineTimeouts {
 export interface ResponseWatch {
   firstByte?(): void;
   data?(chunk: Buffer): void;
+  /** At the end of the body: the token counts the end frame carries, if any. */
+  end?(): EndInfo | undefined;
 }
 
 export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
@@ -77,7 +79,7 @@ export class EngineClient {
         data?.(chunk as Buffer);
       }
       markStage('dispatcher.engine-end');
-      relay.end();
+      relay.end(watch.end?.());
       return response.statusCode < 500 ? 'ok' : 'engine_error';
     } catch (err) {
       if (signal.aborted) {

@@ -129,10 +129,10 @@ export class JobRunner {
     this.deps.released();
     relay.start({ engine: engine.name, loadState: degraded.state });
     let outcome;
-    // Output is counted only where a fair share charges it (tenants configured).
-    const fairShare = this.deps.fairShare;
-    const tokens =
-      fairShare && payload.tenant !== undefined ? new OutputTokens(payload.stream) : undefined;
+    // Counted for every job: the end frame carries the counts to the gateway's token
+    // counters; a fair share (tenants configured) is charged as they come.
+    const fairShare = payload.tenant !== undefined ? this.deps.fairShare : undefined;
+    const tokens = new OutputTokens(payload.stream);
     markStage('dispatcher.engine-call');
     entry.callStartedAt = now();
     try {
@@ -141,9 +141,15 @@ export class JobRunner {
           entry.firstByteAt = now();
           work.firstByte(entry.firstByteAt);
         },
-        data: tokens && ((chunk) => fairShare!.output(payload.tenant, tokens.chunk(chunk))),
+        data: fairShare
+          ? (chunk) => fairShare.output(payload.tenant, tokens.chunk(chunk))
+          : (chunk) => tokens.chunk(chunk),
+        end: () => {
+          const more = tokens.end();
+          fairShare?.output(payload.tenant, more);
+          return payload.endCounts === true ? tokens.totals() : undefined;
+        },
       });
-      if (tokens) fairShare!.output(payload.tenant, tokens.end());
     } finally {
       cancels.unregister(jobId);
       hub.close(relay);

@@ -1,5 +1,6 @@
 // Output tokens of one engine response, counted from the bytes the dispatcher relays anyway,
-// for the fair share's charge as they stream and the tenant token counters.
+// for the fair share's charge as they stream, the tenant token counters, and the counts the
+// end frame carries to the gateway (its token counters and access log).
 //
 // A stream is charged one token per SSE `data:` event as it passes: vLLM's streaming loop
 // yields one chunk per engine step and request (vllm/entrypoints/openai/serving_chat.py,
@@ -8,17 +9,26 @@
 // a stream whose client asked for `stream_options.include_usage`) replaces the count: it
 // sits in the response's last bytes (`usage` comes after `choices` in vLLM's response models,
 // vllm/entrypoints/openai/protocol.py), so only those are searched, never the whole body.
+// A chat stream's first event only names the role (`"delta":{"role":"assistant","content":""}`):
+// it is not counted, which only the first event with data is checked for.
+import type { EndInfo } from '@sluice/protocol';
+
 const DATA = Buffer.from('data:');
 const DONE = Buffer.from('[DONE]');
+const ROLE_ONLY = Buffer.from('"delta":{"role":"assistant","content":""}');
 /** The last bytes searched for `usage`: it and the few fields after it fit with room to spare. */
 const TAIL_BYTES = 1024;
 const USAGE = /"completion_tokens"\s*:\s*(\d+)/g;
+const PROMPT_USAGE = /"prompt_tokens"\s*:\s*(\d+)/g;
 
 export class OutputTokens {
   /** Tokens counted (and charged) so far. */
   counted = 0;
+  /** What the engine's `usage` reported, read by `end()`; undefined when it sent none. */
+  reported: EndInfo | undefined;
   private last: Buffer | undefined;
   private beforeLast: Buffer | undefined;
+  private firstEvent = true;
 
   constructor(private readonly stream: boolean) {}
 
@@ -28,9 +38,15 @@ export class OutputTokens {
     this.last = chunk;
     if (!this.stream) return 0;
     let n = 0;
-    for (let at = chunk.indexOf(DATA); at !== -1; at = chunk.indexOf(DATA, at + DATA.length))
-      n += 1;
+    const first = chunk.indexOf(DATA);
+    for (let at = first; at !== -1; at = chunk.indexOf(DATA, at + DATA.length)) n += 1;
     if (n > 0 && chunk.includes(DONE)) n -= 1;
+    if (n > 0 && this.firstEvent) {
+      this.firstEvent = false;
+      const next = chunk.indexOf(DATA, first + DATA.length);
+      const event = chunk.subarray(first, next === -1 ? chunk.length : next);
+      if (event.includes(ROLE_ONLY)) n -= 1;
+    }
     this.counted += n;
     return n;
   }
@@ -48,9 +64,23 @@ export class OutputTokens {
     const text = tail.subarray(Math.max(0, tail.length - TAIL_BYTES)).toString('latin1');
     let reported: number | undefined;
     for (const match of text.matchAll(USAGE)) reported = Number(match[1]);
-    if (reported === undefined || reported <= this.counted) return 0;
+    if (reported === undefined) return 0;
+    this.reported = { completionTokens: reported };
+    let prompt: number | undefined;
+    for (const match of text.matchAll(PROMPT_USAGE)) prompt = Number(match[1]);
+    if (prompt !== undefined) this.reported.promptTokens = prompt;
+    if (reported <= this.counted) return 0;
     const more = reported - this.counted;
     this.counted = reported;
     return more;
+  }
+
+  /**
+   * The counts for the end frame, after `end()`: the engine's usage, else a stream's counted
+   * events; nothing for a non-streamed answer without usage (its body is not read).
+   */
+  totals(): EndInfo | undefined {
+    if (this.reported) return this.reported;
+    return this.stream ? { completionTokens: this.counted } : undefined;
   }
 }

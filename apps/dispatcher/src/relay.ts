@@ -14,6 +14,7 @@ import {
   encodeBundle,
   encodeDataFrame,
   encodeFrame,
+  type EndInfo,
   type ErrorInfo,
   type Frame,
   type HeadInfo,
@@ -67,9 +68,11 @@ export class ReplyRelay {
     this.pending.push(chunk);
   }
 
-  end(): void {
+  end(info?: EndInfo): void {
     this.release();
-    this.send({ type: 'end', jobId: this.jobId, seq: this.seq++ });
+    const frame: Frame = { type: 'end', jobId: this.jobId, seq: this.seq++ };
+    if (info) frame.info = info;
+    this.send(frame);
     this.finished = true;
   }
 

@@ -100,7 +100,7 @@ const ledger = new InflightLedger({
 
 let replicas = 0;
 /** A job for a fresh replica whose channel the test listens on; alive unless told. */
-async function take(opts: { alive?: boolean; maxTokens?: number } = {}) {
+async function take(opts: { alive?: boolean; maxTokens?: number; endCounts?: boolean } = {}) {
   const replica = `r${(replicas += 1)}`;
   if (opts.alive !== false) await command.set(keys.replicaAlive(replica), '1', 'PX', 60_000);
   const payload: JobPayload = {
@@ -118,6 +118,7 @@ async function take(opts: { alive?: boolean; maxTokens?: number } = {}) {
     enqueuedAt: Date.now(),
     deadline: Date.now() + 60_000,
     priority: 0,
+    endCounts: opts.endCounts ?? true,
   };
   await queue.add('job', payload);
   const token = `token-${replica}`;
@@ -154,7 +155,16 @@ describe('job runner', () => {
     expect(types[1]).toBe('head');
     expect(types.at(-1)).toBe('end');
     expect(types).toContain('data');
+    // Three tokens streamed without usage: counted from the events, the role's not among them.
+    expect(frames.at(-1)).toMatchObject({ type: 'end', info: { completionTokens: 3 } });
     expect(await queue.getJobState(job.id!)).toBe('completed');
+  });
+
+  it('sends no counts in the end frame of a job from a gateway that does not read them', async () => {
+    const { entry, frames } = await take({ endCounts: false });
+    await runAndRecord(entry);
+    await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+    expect(frames.at(-1)).toEqual({ type: 'end', jobId: entry.id, seq: frames.length - 1 });
   });
 
   it("publishes the end frame before BullMQ's completion of the job reaches Redis", async () => {

@@ -13,6 +13,42 @@ describe('output tokens from the relayed body', () => {
     expect(tokens.counted).toBe(3);
   });
 
+  it("does not count a chat stream's first event that only names the role", () => {
+    const role =
+      'data: {"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null}]}\n\n';
+    const tokens = new OutputTokens(true);
+    expect(tokens.chunk(Buffer.from(role + event('Hi')))).toBe(1);
+    // Only the first event is the role's: a later one like it counts.
+    expect(tokens.chunk(Buffer.from(role))).toBe(1);
+    tokens.end();
+    expect(tokens.totals()).toEqual({ completionTokens: 2 });
+  });
+
+  it('gives the end frame the engine usage, else a stream count, else nothing', () => {
+    const usage = new OutputTokens(false);
+    usage.chunk(
+      Buffer.from(
+        '{"choices":[],"usage":{"prompt_tokens":7,"total_tokens":9,"completion_tokens":2}}',
+      ),
+    );
+    usage.end();
+    expect(usage.totals()).toEqual({ completionTokens: 2, promptTokens: 7 });
+    const counted = new OutputTokens(true);
+    counted.chunk(Buffer.from(event('a') + event('b') + 'data: [DONE]\n\n'));
+    counted.end();
+    expect(counted.totals()).toEqual({ completionTokens: 2 });
+    // Fewer than counted: the charge stays, the end frame says what the engine reported.
+    const fewer = new OutputTokens(true);
+    fewer.chunk(Buffer.from(event('a') + event('b') + event('c')));
+    fewer.chunk(Buffer.from('data: {"choices":[],"usage":{"completion_tokens":2}}\n\n'));
+    expect(fewer.end()).toBe(0);
+    expect(fewer.totals()).toEqual({ completionTokens: 2 });
+    const plain = new OutputTokens(false);
+    plain.chunk(Buffer.from('{"choices":[]}'));
+    plain.end();
+    expect(plain.totals()).toBeUndefined();
+  });
+
   it("takes the engine's usage at the end of a stream that carries it", () => {
     const tokens = new OutputTokens(true);
     tokens.chunk(Buffer.from(event('a') + event('b')));

@@ -1,7 +1,8 @@
 // What a held request needs from its replica: timings, the pool's queue, cancel, metrics,
 // and leaving the reply router when done.
 import type { GatewayMetrics } from '@sluice/observability';
-import type { HeldRequestHooks } from './held-request.js';
+import type { RequestEnd, RequestEnded } from './access-log.js';
+import type { HeldRequest, HeldRequestHooks } from './held-request.js';
 import type { PoolQueue } from './pool-queue.js';
 import type { ReplyRouter } from './replies.js';
 
@@ -13,15 +14,22 @@ export interface HeldHooksDeps {
   metrics: GatewayMetrics;
   replies: ReplyRouter;
   publishCancel(jobId: string, reason: string): void;
+  ended: RequestEnded;
 }
 
-export function heldHooks(
-  deps: HeldHooksDeps,
-  pool: PoolQueue,
-  model: string,
-  tenant?: string,
-): HeldRequestHooks {
+/** What the access log says of a held request beyond what HeldRequest knows. */
+export interface HeldInfo {
+  /** `x-request-id`. */
+  id: string;
+  model: string;
+  tenant?: string;
+  /** The gateway's estimate, counted when the engine reports no usage. */
+  promptTokens: number;
+}
+
+export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo): HeldRequestHooks {
   const { metrics, replies, now } = deps;
+  const { model, tenant } = info;
   return {
     heartbeatMs: deps.heartbeatSeconds * 1000,
     maxParkMs: pool.pool.maxParkSeconds * 1000,
@@ -37,7 +45,8 @@ export function heldHooks(
       metrics.parked.dec({ model });
       metrics.queueWait.observe({ model }, wait);
     },
-    onFirstByte: (held) => metrics.ttft.observe({ model }, (now() - held.receivedAt) / 1000),
+    onFirstByte: (held) =>
+      metrics.ttft.observe({ model }, (held.firstByteAt! - held.receivedAt) / 1000),
     onRefused: (_held, r) => {
       metrics.rejected.inc({ model, reason: r.reason });
       if (tenant !== undefined) metrics.tenantRejected.inc({ tenant, reason: r.reason });
@@ -46,6 +55,37 @@ export function heldHooks(
       if (wasQueued) metrics.parked.dec({ model });
       metrics.holding.dec();
       replies.forget(held.jobId);
+      deps.ended(heldEnd(held, pool.pool.name, info, now()));
     },
   };
+}
+
+/**
+ * The end of a held request. Tokens are counted for answers the engine gave whole (2xx,
+ * ended by the end frame): the engine's usage when it sent one, else a stream's counted
+ * events with the gateway's prompt estimate.
+ */
+export function heldEnd(held: HeldRequest, pool: string, info: HeldInfo, now: number): RequestEnd {
+  const end: RequestEnd = {
+    id: info.id,
+    jobId: held.jobId,
+    model: info.model,
+    pool,
+    tenant: info.tenant,
+    stream: held.stream,
+    status: held.status,
+    reason: held.reason,
+    queueWaitMs: held.queueWaitMs,
+    ttftMs: held.firstByteAt === undefined ? undefined : held.firstByteAt - held.receivedAt,
+    durationMs: now - held.receivedAt,
+  };
+  // A 2xx without a reason ended with the end frame (every other end sets a reason).
+  if (held.status >= 200 && held.status < 300 && held.reason === undefined) {
+    // A dispatcher of the previous version sends no counts.
+    const tokens = held.tokens;
+    end.completionTokens = tokens?.completionTokens;
+    end.promptTokens = tokens?.promptTokens ?? info.promptTokens;
+    if (tokens?.promptTokens === undefined) end.promptTokensEstimated = true;
+  }
+  return end;
 }

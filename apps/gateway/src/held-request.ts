@@ -12,7 +12,7 @@
 // non-streaming client waits silently and gets the engine's status and body unchanged.
 import { markStage } from '@sluice/observability';
 import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
-import { sluiceHeaders, type Frame } from '@sluice/protocol';
+import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
 import type { ServerResponse } from 'node:http';
 import type { QueuedRemoval } from './pool-queue.js';
 import { refusal, writeRefusal, type Refusal } from './refuse.js';
@@ -45,6 +45,20 @@ export class HeldRequest {
   lastFrameAt: number;
   /** The add to the queue resolved: from now on the job exists in Redis until taken. */
   added = false;
+  // What the access log and the response metrics read once the request is done (onDone).
+  /**
+   * The status the answer amounts to: the one sent, or, for an answer that failed after its
+   * head went out (in-band error, cut connection), its refusal's; 499 when the client left.
+   */
+  status = 0;
+  /** The refusal reason of an answer that Sluice ended, or `engine_error` for an engine's. */
+  reason: string | undefined;
+  /** Enqueue to release, as `onStarted` observed it. */
+  queueWaitMs: number | undefined;
+  /** When the first byte of the engine's body was written to the client. */
+  firstByteAt: number | undefined;
+  /** The counts the dispatcher's end frame carried. */
+  tokens: EndInfo | undefined;
   private expectedSeq = 0;
   private firstByte = false;
   private parkTimer: NodeJS.Timeout | undefined;
@@ -102,6 +116,7 @@ export class HeldRequest {
         this.data(frame.chunk);
         break;
       case 'end':
+        this.tokens = frame.info;
         this.end();
         break;
       case 'error':
@@ -139,6 +154,9 @@ export class HeldRequest {
     if (this.state === 'done') return;
     this.hooks.onRefused(this, r);
     const res = this.res;
+    this.reason = r.reason;
+    // writeRefusal never sends 499: nobody would read it.
+    this.status = r.status === 499 && !res.headersSent ? 503 : r.status;
     if (!res.headersSent) writeRefusal(res, r);
     else if (this.stream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
     // A non-streaming body cut short must not look whole: end the connection without the
@@ -170,8 +188,9 @@ export class HeldRequest {
     // A stream whose headers went out with a keep-alive learns the load state in-band.
     if (this.stream && this.res.headersSent && !this.res.destroyed)
       this.res.write(`: ${sluiceHeaders.loadState}: ${loadState}\n\n`);
-    const waitedMs = this.hooks.now() - this.enqueuedAt - sentAfterMs;
-    this.hooks.onStarted(this, Math.max(0, waitedMs) / 1000);
+    const waitedMs = Math.max(0, this.hooks.now() - this.enqueuedAt - sentAfterMs);
+    this.queueWaitMs = waitedMs;
+    this.hooks.onStarted(this, waitedMs / 1000);
   }
 
   private responseHeaders(): Record<string, string> {
@@ -182,6 +201,7 @@ export class HeldRequest {
 
   private commitStream(): void {
     if (this.res.headersSent) return;
+    this.status = 200;
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
@@ -222,7 +242,10 @@ export class HeldRequest {
   private slowClient(message: string): void {
     if (this.state === 'done') return;
     this.hooks.cancel(this.jobId, 'slow_client');
-    this.hooks.onRefused(this, refusal('slow_client', message));
+    const r = refusal('slow_client', message);
+    this.status = r.status;
+    this.reason = r.reason;
+    this.hooks.onRefused(this, r);
     this.res.destroy();
     this.finish();
   }
@@ -235,6 +258,7 @@ export class HeldRequest {
       return;
     }
     if (this.stream && status === 200) return this.commitStream();
+    this.status = status;
     this.res.writeHead(status, { 'content-type': contentType, ...this.responseHeaders() });
   }
 
@@ -246,7 +270,10 @@ export class HeldRequest {
     if (!this.firstByte) {
       this.firstByte = true;
       clearInterval(this.heartbeatTimer);
+      this.send(chunk);
+      this.firstByteAt = this.hooks.now();
       this.hooks.onFirstByte(this);
+      return;
     }
     this.send(chunk);
   }
@@ -254,6 +281,8 @@ export class HeldRequest {
   private end(): void {
     if (this.engineError) {
       const { status, chunks } = this.engineError;
+      this.status = status;
+      this.reason = 'engine_error';
       const text = Buffer.concat(chunks).toString('utf8');
       let message = text;
       try {
@@ -305,7 +334,10 @@ export class HeldRequest {
 
   private async clientGone(): Promise<void> {
     const wasQueued = this.state === 'queued';
-    this.hooks.onRefused(this, refusal('cancelled', 'client closed the connection'));
+    const r = refusal('cancelled', 'client closed the connection');
+    this.status = r.status;
+    this.reason = r.reason;
+    this.hooks.onRefused(this, r);
     this.finish();
     await this.takeBack(wasQueued, 'client_gone');
   }

@@ -14,6 +14,7 @@ import {
 import { keySpace } from '@sluice/protocol';
 import { createRedis, describeTopology, isCluster, redisReady, type Redis } from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
+import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
@@ -28,6 +29,7 @@ import { RedisProbe } from './redis-probe.js';
 import { refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 import { ReplicaHeartbeat } from './replica.js';
 import { ReplyRouter } from './replies.js';
+import { installRequestId, REQUEST_ID_HEADER, requestId } from './request-id.js';
 import { Routing } from './routing.js';
 import { acceptRawJson, completionRoutes } from './routes/completions.js';
 import { opsRoutes } from './routes/ops.js';
@@ -54,8 +56,10 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const requestTimeoutMs = Math.ceil(limits.requestTimeoutSeconds * 1000);
   const app = Fastify({
     logger: loggerOptions(loaded.logLevel, 'gateway'),
-    // Per-request logs would cost more than the request itself on the hot path.
+    // Fastify's request logging (two lines per request, probes included) stays off: the
+    // access log (access-log.ts) writes one line per completion request instead.
     logController: new LogController({ disableRequestLogging: true }),
+    genReqId: (req) => requestId(req.headers[REQUEST_ID_HEADER]),
     bodyLimit: limits.maxBodyBytes,
     // Receiving a request is timed (headers and body); answering it is not: held requests
     // wait minutes. connectionTimeout, the socket's idle timeout, stays off for that reason:
@@ -75,6 +79,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const routing = new Routing(loaded);
   const keys = keySpace(loaded.redis.prefix);
   const now = Date.now;
+  const ended = requestEnded(log, metrics, loaded.accessLog);
 
   const connect = (role: 'command' | 'bullmq' | 'subscriber', suffix: string) => {
     const conn = createRedis(loaded.redis, {
@@ -129,14 +134,17 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     log,
   });
 
-  function refuse(reply: FastifyReply, model: string, r: Refusal) {
+  function refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string) {
     metrics.rejected.inc({ model, reason: r.reason });
-    const tenant = reply.request.tenant;
+    const request = reply.request;
+    const tenant = request.tenant;
     if (tenant) metrics.tenantRejected.inc({ tenant: tenant.name, reason: r.reason });
+    if (isCompletionRequest(request)) ended(refusedEnd(request, model, r, now(), pool));
     return reply.code(r.status).headers(refusalHeaders(r)).send(refusalBody(r));
   }
 
   acceptRawJson(app);
+  installRequestId(app, now);
   installAuth(app, loaded.tenants, (reply, r) => refuse(reply, UNKNOWN_MODEL, r));
   installErrorHandlers(app, {
     maxBodyBytes: limits.maxBodyBytes,
@@ -152,6 +160,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     metrics,
     replies,
     publishCancel,
+    ended,
   };
   await app.register(completionRoutes, {
     replicaId,
@@ -163,9 +172,10 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     passthrough,
     metrics,
     now,
-    heldHooks: (pool, model, tenant) => heldHooks(hooksDeps, pool, model, tenant),
+    heldHooks: (pool, info) => heldHooks(hooksDeps, pool, info),
     admit: (kind) => held.admit(kind),
     refuse,
+    ended,
   });
   await app.register(opsRoutes, {
     replicaId,

@@ -7,7 +7,9 @@
 // Sluice key, which no backend may see, so the backend gets none.
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
+import type { RejectReason } from '@sluice/protocol';
 import { Agent, request } from 'undici';
+import { REQUEST_ID_HEADER } from './request-id.js';
 import { refusal, writeRefusal } from './refuse.js';
 
 const hopByHop = new Set([
@@ -18,6 +20,8 @@ const hopByHop = new Set([
   'proxy-connection',
   'te',
   'trailer',
+  // The answer carries the gateway's request id (set on the response), not the backend's.
+  REQUEST_ID_HEADER,
 ]);
 
 /** Where a pass-through request goes: the backend's origin and its own key, if any. */
@@ -36,6 +40,13 @@ export function backendAuthorization(
   return tenants ? undefined : clientAuthorization;
 }
 
+/** How a pass-through request ended, for the access log and the response metrics. */
+export interface PassthroughAnswer {
+  /** The backend's status; the refusal's when Sluice answered; 499 when the client left. */
+  status: number;
+  reason?: RejectReason;
+}
+
 export class Passthrough {
   private readonly agent = new Agent({ headersTimeout: 900_000, bodyTimeout: 300_000 });
 
@@ -48,7 +59,7 @@ export class Passthrough {
     headers: IncomingHttpHeaders,
     body: Buffer,
     res: ServerResponse,
-  ): Promise<void> {
+  ): Promise<PassthroughAnswer> {
     const baseUrl = target.url;
     const controller = new AbortController();
     res.once('close', () => controller.abort());
@@ -59,6 +70,8 @@ export class Passthrough {
         dispatcher: this.agent,
         headers: {
           'content-type': 'application/json',
+          // The backend sees the id the access log names the request by.
+          [REQUEST_ID_HEADER]: String(res.getHeader(REQUEST_ID_HEADER) ?? ''),
           ...(authorization ? { authorization } : {}),
         },
         body,
@@ -69,18 +82,22 @@ export class Passthrough {
         if (value !== undefined && !hopByHop.has(name)) out[name] = value;
       res.writeHead(upstream.statusCode, out);
       await pipeline(upstream.body, res);
+      return { status: upstream.statusCode };
     } catch (err) {
-      if (controller.signal.aborted) return;
-      if (!res.headersSent)
-        writeRefusal(
-          res,
-          refusal(
-            'engine_unreachable',
-            `backend ${baseUrl} unreachable: ${(err as Error).message}`,
-            5,
-          ),
+      if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
+      if (!res.headersSent) {
+        const r = refusal(
+          'engine_unreachable',
+          `backend ${baseUrl} unreachable: ${(err as Error).message}`,
+          5,
         );
-      else res.destroy();
+        writeRefusal(res, r);
+        return { status: r.status, reason: r.reason };
+      }
+      res.destroy();
+      // The backend failed mid-answer: what its status promised did not arrive whole.
+      const r = refusal('engine_error', `backend ${baseUrl} failed mid-answer`);
+      return { status: r.status, reason: r.reason };
     }
   }
 

@@ -6,7 +6,7 @@ import { connect, type AddressInfo } from 'node:net';
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { keySpace, type Frame, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
-import { startRedis, type TestRedis } from '@sluice/test/support';
+import { eventually, startRedis, type TestRedis } from '@sluice/test/support';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { HeldRequest, type HeldRequestHooks } from '../src/held-request.ts';
 import { PoolQueue } from '../src/pool-queue.ts';
@@ -137,13 +137,42 @@ describe('HeldRequest', () => {
     request.onFrame(
       frame('j1', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
     );
+    expect(request.firstByteAt).toBeUndefined();
     request.onFrame(frame('j1', { type: 'data', chunk: Buffer.from('data: hi\n\n') }));
-    request.onFrame(frame('j1', { type: 'end' }));
+    expect(request.firstByteAt).toBeGreaterThanOrEqual(request.receivedAt);
+    request.onFrame(frame('j1', { type: 'end', info: { completionTokens: 1, promptTokens: 4 } }));
     const res = await answer;
     expect(res.status).toBe(200);
     expect(await res.text()).toBe('data: hi\n\n');
     expect(await h.done).toBe(false);
     expect(h.cancels).toEqual([]);
+    // What the access log reads.
+    expect(request.status).toBe(200);
+    expect(request.reason).toBeUndefined();
+    expect(request.queueWaitMs).toBeGreaterThanOrEqual(0);
+    expect(request.tokens).toEqual({ completionTokens: 1, promptTokens: 4 });
+  });
+
+  it('records a client that left as 499 cancelled, and cancels its engine request', async () => {
+    const h = hooks();
+    const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+    const socket = connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}');
+    const request = new HeldRequest('gone', 'm', true, Date.now(), Date.now(), await served, h);
+    request.hold();
+    seq = 0;
+    request.onFrame(frame('gone', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+    request.onFrame(
+      frame('gone', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
+    );
+    socket.destroy();
+    expect(await h.done).toBe(false);
+    expect(request.status).toBe(499);
+    expect(request.reason).toBe('cancelled');
+    expect(request.firstByteAt).toBeUndefined();
+    await eventually(() => h.cancels.length > 0, 'the cancel');
+    expect(h.cancels).toEqual([['gone', 'client_gone']]);
   });
 
   it('counts the queue wait up to the release, not up to the start frame that travelled with the head', async () => {
@@ -216,6 +245,9 @@ describe('HeldRequest', () => {
     const res = await answer;
     expect(res.status).toBe(200);
     expect(await res.text()).toMatch(/^data: a\n\ndata: \{"error":.*"code":"redis_unavailable"/);
+    // Sent as 200, but the answer amounts to the refusal's status.
+    expect(request.status).toBe(503);
+    expect(request.reason).toBe('redis_unavailable');
     expect(h.cancels).toEqual([]); // taken back only when the caller says so (Redis back)
     await takeBack();
     expect(h.cancels).toEqual([['r', 'redis_unavailable']]);

@@ -224,5 +224,6 @@ export function loadConfig(
     },
     gpu: { source: gpuSource, ...(dcgmUrl === undefined ? {} : { dcgmUrl }) },
     logLevel: vars.must('LOG_LEVEL'),
+    accessLog: vars.must('SLUICE_ACCESS_LOG') === 'on',
   };
 }

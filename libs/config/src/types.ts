@@ -198,4 +198,6 @@ export interface SluiceConfig {
   };
   gpu: { source: GpuSource; dcgmUrl?: string };
   logLevel: string;
+  /** SLUICE_ACCESS_LOG: the gateway writes one line per completion request. */
+  accessLog: boolean;
 }

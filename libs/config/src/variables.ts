@@ -308,6 +308,10 @@ export const VARIABLES = {
     help: "dcgm-exporter's metrics URL; required when GPU_SOURCE=dcgm",
   }),
   LOG_LEVEL: v(oneOf(LOG_LEVELS), { fallback: 'info', help: 'pino log level' }),
+  SLUICE_ACCESS_LOG: v(oneOf(SWITCH), {
+    fallback: 'on',
+    help: "the gateway's access log: one info line per completion request (the metrics stay either way)",
+  }),
 } as const;
 
 export type VariableName = keyof typeof VARIABLES;

@@ -59,6 +59,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   GPU_SOURCE: (c) => c.gpu.source,
   DCGM_URL: (c) => c.gpu.dcgmUrl,
   LOG_LEVEL: (c) => c.logLevel,
+  SLUICE_ACCESS_LOG: (c) => c.accessLog,
 };
 
 /** Values each variable must refuse. */
@@ -145,6 +146,7 @@ export const bad: Record<VariableName, string[]> = {
   GPU_SOURCE: ['cuda', 'nvidia', 'nvml '],
   DCGM_URL: ['dcgm:9400', 'ftp://dcgm:9400/metrics', 'http://dcgm:9400/metrics?x'],
   LOG_LEVEL: ['verbose', 'warning'],
+  SLUICE_ACCESS_LOG: ['true', 'no', '0'],
 };
 
 /**
@@ -331,5 +333,9 @@ export const good: Record<
   LOG_LEVEL: [
     ['debug', 'debug'],
     ['SILENT', 'silent'],
+  ],
+  SLUICE_ACCESS_LOG: [
+    ['off', false],
+    ['ON', true],
   ],
 };

@@ -31,6 +31,7 @@ const DEFAULTS: SluiceConfig = {
   },
   gpu: { source: 'none' },
   logLevel: 'info',
+  accessLog: true,
 };
 
 describe('loadConfig: defaults', () => {

@@ -53,7 +53,7 @@ export function gatewayMetrics(registry: Registry) {
     }),
     ttft: new Histogram({
       name: 'sluice_ttft_seconds',
-      help: 'Time from request to the first byte of the engine body, as the client sees it.',
+      help: "Time from a gated request's arrival to the first byte of the engine's body written to the client.",
       labelNames: ['model'],
       buckets: waitBuckets,
       registers,
@@ -80,7 +80,7 @@ export function gatewayMetrics(registry: Registry) {
     }),
     tokens: new Counter({
       name: 'sluice_tokens_total',
-      help: "Tokens of answered requests, by kind: prompt and completion (the engine's usage when it sent one, else completion counted from relayed chunks).",
+      help: "Tokens of gated requests answered 2xx, by kind: prompt and completion (the engine's usage when it sent one, else completion counted from relayed stream events and prompt the gateway's estimate).",
       labelNames: ['model', 'kind'],
       registers,
     }),

@@ -7,7 +7,8 @@
 // so a busy relay costs one PUBLISH per replica and turn, not one per frame.
 // `type` is one ASCII letter; `seq` counts 0, 1, 2... per job so a lost frame shows up as a
 // gap. Payloads: `data` carries the engine's bytes verbatim (never parsed on the way);
-// `start`, `head` and `error` carry a small JSON object; `alive` and `end` carry nothing.
+// `start`, `head` and `error` carry a small JSON object; `end` carries one only when it has
+// token counts (a dispatcher of the previous version sends none); `alive` carries nothing.
 // The header is ASCII, so the gateway finds the payload without decoding it.
 import { ProtocolError } from './errors.js';
 import { parseRejectReason, type RejectReason } from './reasons.js';
@@ -31,6 +32,17 @@ export interface HeadInfo {
   contentType: string;
 }
 
+/**
+ * What the dispatcher learnt of the answer's tokens from the bytes it relayed (it never parses
+ * the body: see the dispatcher's output-tokens.ts). Absent fields are unknown.
+ */
+export interface EndInfo {
+  /** The engine's `usage.completion_tokens`, else one per streamed SSE event (an estimate). */
+  completionTokens?: number;
+  /** The engine's `usage.prompt_tokens`; absent when the engine sent no usage. */
+  promptTokens?: number;
+}
+
 export interface ErrorInfo {
   /** Why the request ended; its status and OpenAI type come from the refusal table. */
   code: RejectReason;
@@ -43,7 +55,7 @@ export type Frame =
   | { type: 'start'; jobId: string; seq: number; info: StartInfo }
   | { type: 'head'; jobId: string; seq: number; info: HeadInfo }
   | { type: 'data'; jobId: string; seq: number; chunk: Buffer }
-  | { type: 'end'; jobId: string; seq: number }
+  | { type: 'end'; jobId: string; seq: number; info?: EndInfo }
   | { type: 'error'; jobId: string; seq: number; info: ErrorInfo }
   | { type: 'alive'; jobId: string; seq: number };
 
@@ -75,6 +87,8 @@ export function encodeFrame(frame: Frame): Buffer {
     case 'head':
     case 'error':
       return Buffer.from(head + JSON.stringify(frame.info), 'utf8');
+    case 'end':
+      return Buffer.from(frame.info ? head + JSON.stringify(frame.info) : head, 'latin1');
     default:
       return Buffer.from(head, 'latin1');
   }
@@ -163,6 +177,16 @@ export function decodeFrame(message: Buffer): Frame {
         !(typeof info.retryAfter === 'number' && info.retryAfter >= 0)
       )
         throw new ProtocolError('error frame field retryAfter must be a non-negative number');
+      return { type, jobId, seq, info };
+    }
+    case 'end': {
+      if (payload.length === 0) return { type, jobId, seq };
+      const info = parseInfo(type, payload) as EndInfo;
+      for (const field of ['completionTokens', 'promptTokens'] as const) {
+        const n = info[field];
+        if (n !== undefined && !(Number.isSafeInteger(n) && n >= 0))
+          throw new ProtocolError(`end frame field ${field} must be a non-negative integer`);
+      }
       return { type, jobId, seq, info };
     }
     default:

@@ -20,6 +20,7 @@ export {
   encodeFrame,
   frameJobId,
   messageFrames,
+  type EndInfo,
   type ErrorInfo,
   type Frame,
   type FrameType,

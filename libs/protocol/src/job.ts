@@ -34,6 +34,12 @@ export interface JobPayload {
   tenant?: string;
   /** The client asked not to be degraded (`x-sluice-degrade: off`) and the pool allows it. */
   optOut?: boolean;
+  /**
+   * The gateway reads token counts in the end frame. A gateway of the previous version sets
+   * none and gets an end frame without them (it would refuse them), so gateways and
+   * dispatchers can be updated in either order.
+   */
+  endCounts?: boolean;
 }
 
 /** The request body a payload carries, as the engine is to get it. */
@@ -89,6 +95,8 @@ export function validateJobPayload(value: unknown): JobPayload {
     fail('tenant', 'a string', p['tenant']);
   if (p['optOut'] !== undefined && typeof p['optOut'] !== 'boolean')
     fail('optOut', 'a boolean', p['optOut']);
+  if (p['endCounts'] !== undefined && typeof p['endCounts'] !== 'boolean')
+    fail('endCounts', 'a boolean', p['endCounts']);
   return p as unknown as JobPayload;
 }
 

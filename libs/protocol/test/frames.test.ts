@@ -40,6 +40,12 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
     chunk: fc.uint8Array({ maxLength: 300 }).map((a) => Buffer.from(a)),
   }),
   fc.record({ type: fc.constant('end' as const), jobId, seq }),
+  fc.record({
+    type: fc.constant('end' as const),
+    jobId,
+    seq,
+    info: fc.record({ completionTokens: fc.nat(), promptTokens: fc.nat() }, { requiredKeys: [] }),
+  }),
   fc.record({ type: fc.constant('alive' as const), jobId, seq }),
   fc.record({
     type: fc.constant('error' as const),
@@ -91,7 +97,23 @@ describe('reply frames', () => {
     ['a non-numeric sequence number', 'Ejob 1x\n', /not a decimal integer/],
     ['a head frame that is not JSON', 'Hjob 0\n{oops', /head frame payload is not JSON/],
     ['a head frame without status', 'Hjob 0\n{"contentType":"x"}', /field status must be a number/],
-    ['an end frame with a payload', 'Ejob 2\nextra', /carries no payload/],
+    ['an alive frame with a payload', 'Ajob 2\nextra', /carries no payload/],
+    ['an end frame whose payload is not JSON', 'Ejob 2\nextra', /end frame payload is not JSON/],
+    [
+      'an end frame with a negative token count',
+      'Ejob 2\n{"completionTokens":-3}',
+      /completionTokens must be a non-negative integer/,
+    ],
+    [
+      'an end frame with a fractional token count',
+      'Ejob 2\n{"promptTokens":1.5}',
+      /promptTokens must be a non-negative integer/,
+    ],
+    [
+      'an end frame with a token count that is not a number',
+      'Ejob 2\n{"promptTokens":"7"}',
+      /promptTokens must be a non-negative integer/,
+    ],
     [
       'a start frame sent a negative time after its release',
       'Sjob 0\n{"engine":"e","loadState":"normal","sentAfterMs":-1}',
@@ -122,6 +144,10 @@ describe('reply frames', () => {
         expect(messageFrames(bundle).map(decodeFrame)).toEqual(frames);
       }),
     );
+  });
+
+  it("reads an end frame without a payload (a previous dispatcher's) as one without counts", () => {
+    expect(decodeFrame(Buffer.from('Ejob 5\n'))).toEqual({ type: 'end', jobId: 'job', seq: 5 });
   });
 
   it('reads a plain frame as a message of one frame', () => {

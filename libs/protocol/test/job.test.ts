@@ -49,6 +49,7 @@ describe('job payload', () => {
     [{ ...valid, priority: -1 }, /field priority must be an integer >= 0/],
     [{ ...valid, maxTokens: 1.5 }, /field maxTokens must be an integer >= 0/],
     [{ ...valid, optOut: 'yes' }, /field optOut must be a boolean/],
+    [{ ...valid, endCounts: 1 }, /field endCounts must be a boolean/],
   ])('refuses %j naming the field', (payload, message) => {
     expect(() => validateJobPayload(payload)).toThrow(message);
   });

@@ -12,6 +12,8 @@ import {
 } from '@sluice/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { priorityCap } from '../auth.js';
+import type { RequestEnded } from '../access-log.js';
+import type { HeldInfo } from '../held-hooks.js';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
 import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
 import type { Passthrough } from '../passthrough.js';
@@ -32,10 +34,13 @@ export interface CompletionRoutesOptions {
   passthrough: Passthrough;
   metrics: GatewayMetrics;
   now(): number;
-  heldHooks(pool: PoolQueue, model: string, tenant?: string): HeldRequestHooks;
+  heldHooks(pool: PoolQueue, info: HeldInfo): HeldRequestHooks;
   /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
   admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
-  refuse(reply: FastifyReply, model: string, r: Refusal): FastifyReply;
+  /** `pool`: the routed pool's name, for the access log. */
+  refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string): FastifyReply;
+  /** The access log and response metrics of a request answered here by hand (pass-through). */
+  ended: RequestEnded;
 }
 
 /**
@@ -59,7 +64,6 @@ export async function completionRoutes(
 
   function completion(path: CompletionPath) {
     return async (request: FastifyRequest, reply: FastifyReply) => {
-      const receivedAt = now();
       markStage('gateway.request');
       const body = request.body as Buffer | undefined;
       if (!body)
@@ -94,17 +98,35 @@ export async function completionRoutes(
           model,
           refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`),
         );
+      const poolName = route.kind === 'pool' ? route.pool.name : undefined;
       const closed = opts.admit(route.kind);
-      if (closed) return refuse(reply, model, closed);
+      if (closed) return refuse(reply, model, closed, poolName);
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
-        return passthrough.forward(route, path, request.headers, body, reply.raw);
+        const answered = await passthrough.forward(route, path, request.headers, body, reply.raw);
+        // Pass-through bodies are piped unread: no token counts (see the README).
+        opts.ended({
+          id: request.id,
+          model,
+          passthrough: true,
+          tenant: request.tenant?.name,
+          stream: peeked.stream === true,
+          status: answered.status,
+          reason: answered.reason,
+          durationMs: now() - request.arrivedAt,
+        });
+        return;
       }
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
       const unavailable = () =>
-        refuse(reply, model, refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'));
+        refuse(
+          reply,
+          model,
+          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'),
+          poolName,
+        );
       if (!opts.redisUp()) return unavailable();
       // Cached for a second; a miss asks Redis, bounded by the command timeout.
       const leader = await pool.hasLeader().catch(() => undefined);
@@ -118,6 +140,7 @@ export async function completionRoutes(
             `no dispatcher is leading pool ${route.pool.name}`,
             await pool.retryAfter(),
           ),
+          poolName,
         );
 
       const jobId = newJobId(now());
@@ -128,6 +151,7 @@ export async function completionRoutes(
         path,
         stream,
         replica: replicaId,
+        endCounts: true,
         enqueuedAt: now(),
         deadline: now() + route.pool.maxParkSeconds * 1000,
         priority: priorityOf(
@@ -160,6 +184,7 @@ export async function completionRoutes(
                 Math.min(retryAfterBounds.max, Math.ceil(wait - route.pool.maxParkSeconds)),
               ),
             ),
+            poolName,
           );
       }
       if (route.pool.degradation.allowOptOut && request.headers[sluiceHeaders.degrade] === 'off')
@@ -170,10 +195,10 @@ export async function completionRoutes(
         jobId,
         model,
         stream,
-        receivedAt,
+        request.arrivedAt,
         payload.enqueuedAt,
         reply.raw,
-        opts.heldHooks(pool, model, payload.tenant),
+        opts.heldHooks(pool, { id: request.id, model, tenant: payload.tenant, promptTokens }),
       );
       // Registered before the add: frames may arrive before BullMQ's add resolves.
       replies.held.set(jobId, held);
