@@ -20,6 +20,7 @@ import {
   type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
+  untilReady,
 } from '../support/index.ts';
 
 const KEY = 'sk-alpha-access-log-9c1d2e';
@@ -72,10 +73,7 @@ beforeAll(async () => {
   dispatcher = await startDispatcher(env);
   gateway = await startGateway(env);
   client = new Redis(redis.url);
-  await eventually(
-    async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
-    'the gateway to see a leader',
-  );
+  await untilReady(gateway);
 }, 60_000);
 
 afterAll(async () => {

@@ -11,7 +11,6 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
-  eventually,
   startDispatcher,
   startEngineSim,
   startGateway,
@@ -19,6 +18,7 @@ import {
   type SluiceProcess,
   type TestEngineSim,
   type TestRedis,
+  untilReady,
 } from '../support/index.ts';
 
 const ALPHA_KEY = 'sk-alpha-7f3c9e21d4b8a605';
@@ -74,10 +74,7 @@ beforeAll(async () => {
   dispatcher = await startDispatcher(env);
   gateway = await startGateway({ ...env, GATEWAY_METRICS_PORT: '0' });
   metricsUrl = (await gateway.process.waitForLine(/"metricsUrl":"([^"]+)"/))[1]!;
-  await eventually(
-    async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
-    'the gateway to see a leader',
-  );
+  await untilReady(gateway);
 }, 60_000);
 
 afterAll(async () => {

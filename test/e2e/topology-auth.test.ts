@@ -7,7 +7,6 @@ import {
   answer,
   askNode,
   chat,
-  eventually,
   startAclRedis,
   startCluster,
   startDispatcher,
@@ -17,6 +16,7 @@ import {
   startSentinel,
   startTlsRedis,
   type TestEngineSim,
+  untilReady,
 } from '../support/index.ts';
 
 let sim: TestEngineSim;
@@ -40,10 +40,7 @@ async function servesThrough(redis: Record<string, string>): Promise<void> {
     const gateway = await startGateway(env);
     try {
       // Ready: Redis answers and the pool has a leader (the lease may take a moment on a cluster).
-      await eventually(
-        async () => ((await fetch(`${gateway.url}/readyz`)).status === 200 ? true : undefined),
-        'the gateway to see a leader',
-      );
+      await untilReady(gateway);
       const plain = await answer(
         chat(gateway.url, 'through an authenticated redis', { max_tokens: 4 }),
       );

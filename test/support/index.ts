@@ -8,7 +8,7 @@ export {
   sluiceBin,
   type TestEngineSim,
 } from './engine-sim.ts';
-export { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
+export { startDispatcher, startGateway, untilReady, type SluiceProcess } from './sluice.ts';
 export { queuedJobs } from './queue.ts';
 export { startStack, type Stack, type StackOptions } from './stack.ts';
 export { alive, answer, chat, metricSum, readAll, type Answer } from './client.ts';

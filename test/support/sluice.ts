@@ -1,6 +1,6 @@
 // Real Sluice processes: `sluice gateway` and `sluice dispatcher`, configured by env.
 import { startProcess, type StartedProcess } from './process.ts';
-import { sluiceBin } from './engine-sim.ts';
+import { eventually, sluiceBin } from './engine-sim.ts';
 
 export interface SluiceProcess {
   readonly url: string;
@@ -29,4 +29,12 @@ export function startGateway(env: Record<string, string>): Promise<SluiceProcess
 /** A dispatcher whose metrics server listens on a free port. */
 export function startDispatcher(env: Record<string, string>): Promise<SluiceProcess> {
   return start('dispatcher', { METRICS_PORT: '0', ...env });
+}
+
+/** Resolves once the process answers /readyz with 200 (a gateway: Redis and a leader are there). */
+export async function untilReady(proc: SluiceProcess, what = 'the gateway to see a leader') {
+  await eventually(
+    async () => ((await fetch(`${proc.url}/readyz`)).status === 200 ? true : undefined),
+    what,
+  );
 }

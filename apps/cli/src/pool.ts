@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
-import { createRedis, redisReady, scanKeys, type Redis } from '@sluice/redis';
+import { createRedis, publishingPools, redisReady, type Redis } from '@sluice/redis';
 
 export const poolUsage = `Usage: sluice pool pause|resume|drain NAME [--timeout SECONDS]
 
@@ -75,17 +75,6 @@ export function doneLine(pool: string, mode: PoolMode, stats: PoolStats): string
   return `pool ${pool} ${what} (leader ${stats.leader}${queued === undefined ? '' : `, ${queued} queued`})\n`;
 }
 
-/** Pools this configuration names, and pools some dispatcher publishes stats for. */
-async function knownPools(redis: Redis, configured: string[], prefix: string): Promise<string[]> {
-  const keys = keySpace(prefix);
-  const names = new Set(configured);
-  for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
-    const pool = keys.poolOfStatsKey(key);
-    if (pool !== undefined) names.add(pool);
-  }
-  return [...names].sort();
-}
-
 export async function runPool(argv: string[]): Promise<void> {
   const fail = (message: string, code: number) => {
     process.stderr.write(`sluice pool: ${message}\n`);
@@ -110,11 +99,10 @@ export async function runPool(argv: string[]): Promise<void> {
   redis.on('error', () => {});
   try {
     await redisReady(redis, 3000);
-    const known = await knownPools(
-      redis,
-      config.pools.map((p) => p.name),
-      config.redis.prefix,
-    );
+    // Pools this configuration names, and pools some dispatcher publishes stats for.
+    const known = [
+      ...new Set([...config.pools.map((p) => p.name), ...(await publishingPools(redis, keys))]),
+    ].sort();
     if (!known.includes(pool))
       return fail(
         `unknown pool ${JSON.stringify(pool)}: ` +

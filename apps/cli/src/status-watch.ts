@@ -3,13 +3,13 @@
 // the screen cleared below), so nothing flickers and the scrollback is not filled; piped into
 // a file or another program, the frames follow each other, a blank line apart. Ctrl-C (or
 // SIGTERM) ends it with exit 0.
-import type { PoolStats } from '@sluice/protocol';
+import type { PublishedPool } from '@sluice/redis';
 import { formatStatus } from './status.js';
 
 export interface StatusFrame {
   /** The Redis line (status.ts, redisLine). */
   head: string;
-  pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>;
+  pools: ReadonlyArray<PublishedPool>;
 }
 
 export interface WatchOptions {

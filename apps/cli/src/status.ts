@@ -2,14 +2,16 @@
 // `--watch` redraws it every `--interval` seconds (status-watch.ts).
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type RedisTopology, type SluiceConfig } from '@sluice/config';
-import { decodePoolStats, keySpace, type KeySpace, type PoolStats } from '@sluice/protocol';
+import { keySpace, type KeySpace, type PoolStats } from '@sluice/protocol';
 import {
   createRedis,
   describeTopology,
   isCluster,
+  publishingPools,
+  readPoolStats,
   redisReady,
-  scanKeys,
   sentinelMaster,
+  type PublishedPool,
   type Redis,
 } from '@sluice/redis';
 
@@ -29,14 +31,15 @@ export async function redisLine(topology: RedisTopology, redis: Redis): Promise<
   return `redis: ${describeTopology(topology)}${where}\n`;
 }
 
-export function formatStatus(
-  pools: ReadonlyArray<{ pool: string; stats: PoolStats | undefined }>,
-  now: number,
-): string {
+export function formatStatus(pools: ReadonlyArray<PublishedPool>, now: number): string {
   if (pools.length === 0)
     return 'no pools: no dispatcher has published any (is one running against this Redis?)\n';
   const lines: string[] = [];
-  for (const { pool, stats } of pools) {
+  for (const { pool, stats, invalid } of pools) {
+    if (invalid !== undefined) {
+      lines.push(`pool ${pool}: published stats unreadable (${invalid})`);
+      continue;
+    }
     if (!stats) {
       lines.push(`pool ${pool}: no leader (no dispatcher has published for 5 s)`);
       continue;
@@ -147,20 +150,9 @@ async function readPools(
   redis: Redis,
   keys: KeySpace,
   configured: readonly string[],
-): Promise<Array<{ pool: string; stats: PoolStats | undefined }>> {
-  const names = new Set(configured);
-  // Pools no dispatcher of this config leads may still publish: list them too. On a
-  // Cluster each master holds the stats of its own pools, so each is scanned.
-  for (const key of await scanKeys(redis, keys.poolStatsPattern)) {
-    const pool = keys.poolOfStatsKey(key);
-    if (pool !== undefined) names.add(pool);
-  }
-  return Promise.all(
-    [...names].sort().map(async (pool) => {
-      const text = await redis.get(keys.poolStats(pool));
-      return { pool, stats: text ? decodePoolStats(text) : undefined };
-    }),
-  );
+): Promise<PublishedPool[]> {
+  // Pools no dispatcher of this config leads may still publish: list them too.
+  return readPoolStats(redis, keys, [...configured, ...(await publishingPools(redis, keys))]);
 }
 
 export async function runStatus(argv: string[]): Promise<void> {
