@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
-import { createRedis, publishingPools, redisReady, type Redis } from '@sluice/redis';
+import { createRedis, publishingPools, redisReady } from '@sluice/redis';
 
 export const poolUsage = `Usage: sluice pool pause|resume|drain NAME [--timeout SECONDS]
 
