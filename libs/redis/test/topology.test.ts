@@ -1,3 +1,4 @@
+import { once } from 'node:events';
 import type { RedisTopology } from '@sluice/config';
 import { startRedis } from '@sluice/test/support';
 import { Cluster } from 'ioredis';
@@ -63,7 +64,13 @@ describe('Redis Cluster', () => {
     redis.on('error', () => {});
     try {
       await redisReady(redis);
+      // The command must meet a cluster the client knows is away: sent before the client saw
+      // its connection close, it is written to the dying socket and fails with "Connection is
+      // closed." instead (seen under load). The cluster's status goes to `close` once its
+      // last node connection is gone.
+      const away = once(redis, 'close');
       await node.stop();
+      await away;
       await expect(redis.get('sluice:{pool-a}:x')).rejects.toThrow('Command timed out');
     } finally {
       redis.disconnect();
