@@ -12,9 +12,9 @@ import {
   type LongPromptStats,
   type QueueLevel,
 } from '@sluice/protocol';
-import { isCluster, type Redis } from '@sluice/redis';
+import type { Redis } from '@sluice/redis';
 import { Job, Queue } from 'bullmq';
-import type { ChainableCommander } from 'ioredis';
+import { ADMISSION_CODES, admitAndAdd } from './admission.js';
 import { withTimeout } from './timeout.js';
 
 /** What became of a job the gateway tried to take back from the queue. */
@@ -25,9 +25,9 @@ export type AddRefusal = 'queue_full' | 'tenant_queue_full' | 'pool_draining';
 
 /** The admission script's answers below zero. */
 const refusals: Record<number, AddRefusal> = {
-  [-1]: 'queue_full',
-  [-2]: 'tenant_queue_full',
-  [-3]: 'pool_draining',
+  [ADMISSION_CODES.queueFull]: 'queue_full',
+  [ADMISSION_CODES.tenantQueueFull]: 'tenant_queue_full',
+  [ADMISSION_CODES.poolDraining]: 'pool_draining',
 };
 
 /** The tenant a job is queued for, and its own bound (absent: none). */
@@ -36,98 +36,7 @@ export interface QueuedTenant {
   maxQueued?: number;
 }
 
-// Admission to the queue, exact across replicas and concurrent requests, for clients and
-// for anyone reading the queue: this script and BullMQ's add run in one MULTI, so nothing
-// runs between the count and the add. It counts the pool's queued jobs (plain wait list +
-// prioritised set + long prompts the dispatcher holds back in the delayed set) and refuses
-// at the bound by leaving a short-lived placeholder under the job's key (KEYS[4]): the add
-// behind it in the transaction finds the id taken and, as BullMQ documents for a duplicate
-// job id, adds nothing. Reserving a place beforehand instead (a sorted set, a ZREM after)
-// cost three more commands per request for the same exactness.
-//
-// With tenants, the job also joins its tenant's queued set (KEYS[5]), bounded by the tenant's
-// maxQueued (ARGV[3], 0 = none) in the same script, so the bound is exact across replicas
-// too. Members whose job is gone are dropped before a refusal, so only jobs still queued (or
-// running, until the dispatcher drops them at release) count.
-//
-// An operator's drain (`sluice pool drain`, the pool's control key KEYS[5] = 'draining') is
-// read here too: the refusal costs no round trip of its own and holds from the moment the
-// key is written, on every replica at once, with nothing cached.
-// KEYS: wait, prioritized, delayed, job key, control, [tenant set]. ARGV: bound, placeholder
-// ms, tenant bound, priority, job key prefix, job id.
-const admitScript = `local function refuse(code)
-  redis.call('hset', KEYS[4], 'sluiceRefused', '1')
-  redis.call('pexpire', KEYS[4], ARGV[2])
-  return code
-end
-if redis.call('get', KEYS[5]) == 'draining' then return refuse(-3) end
-local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2]) + redis.call('zcard', KEYS[3])
-if n >= tonumber(ARGV[1]) then return refuse(-1) end
-if KEYS[6] then
-  local bound = tonumber(ARGV[3])
-  if bound > 0 and redis.call('zcard', KEYS[6]) >= bound then
-    for _, id in ipairs(redis.call('zrange', KEYS[6], 0, -1)) do
-      if redis.call('exists', ARGV[5] .. id) == 0 then redis.call('zrem', KEYS[6], id) end
-    end
-    if redis.call('zcard', KEYS[6]) >= bound then return refuse(-2) end
-  end
-  redis.call('zadd', KEYS[6], ARGV[4], ARGV[6])
-end
-return n`;
-
-/** How long a refusal's placeholder keeps the job id taken, should its removal not arrive. */
-const PLACEHOLDER_MS = 10_000;
-
 const CACHE_MS = 1000;
-
-/** What the admission transaction's first command is queued on. */
-type Evaluator = Pick<Redis, 'eval'> | Pick<ChainableCommander, 'eval'>;
-
-/**
- * Runs `admit` and then BullMQ's add of `job` in one MULTI on BullMQ's connection and answers
- * EXEC's results. On a single Redis the transaction is sent as plain commands, all issued in
- * one synchronous block, so no other command of this process comes between MULTI and EXEC
- * (each answers QUEUED): an ioredis pipeline object would do the same but costs about 80 us
- * to create on a connection that carries BullMQ's 64 scripts. A Cluster only runs
- * transactions as pipelines (all keys in the pool's slot), so it pays that.
- */
-async function admitAndAdd(
-  conn: Redis,
-  bullClient: unknown,
-  job: Job,
-  admit: (on: Evaluator) => unknown,
-): Promise<[Error | null, unknown][] | null> {
-  if (isCluster(conn)) {
-    // BullMQ's transaction is ioredis's, with BullMQ's scripts added.
-    const transaction = (bullClient as { multi(): ChainableCommander }).multi();
-    admit(transaction);
-    // Its outcome is read from EXEC's results (a command queued in a transaction answers with
-    // the transaction itself).
-    job.addJob(transaction as never).catch(() => {});
-    return transaction.exec();
-  }
-  const replies = [
-    conn.multi({ pipeline: false }),
-    admit(conn),
-    // BullMQ's client is a proxy that runs its scripts on this very connection.
-    job.addJob(bullClient as never),
-  ];
-  const executed = conn.exec();
-  try {
-    await Promise.all(replies);
-  } catch (err) {
-    // Wait for every reply before the caller takes the job back.
-    await Promise.allSettled([...replies, executed]);
-    throw err;
-  }
-  return executed;
-}
-
-/** Loads every script ioredis has defined on `client` (BullMQ's) into Redis's script cache. */
-async function loadScripts(client: Redis): Promise<void> {
-  const scripts = Object.values(client.scriptsSet as Record<string, { lua: string }>);
-  await Promise.all(scripts.map((script) => client.script('LOAD', script.lua)));
-}
 
 export class PoolQueue {
   readonly queue: Queue;
@@ -185,25 +94,11 @@ export class PoolQueue {
     payload: JobPayload,
     level: QueueLevel,
     tenant?: QueuedTenant,
-    retry = true,
   ): Promise<AddRefusal | undefined> {
     const priority = bullPriority(payload.priority, this.maxPriority, level);
-    const keys = [
-      this.waitKey,
-      this.prioritizedKey,
-      this.delayedKey,
-      this.jobKey(jobId),
-      this.controlKey,
-    ];
-    const args: Array<string | number> = [
-      this.pool.queueDepth,
-      PLACEHOLDER_MS,
-      tenant?.maxQueued ?? 0,
-      priority,
-      this.jobKeyPrefix,
-      jobId,
-    ];
+    const keys = [this.waitKey, this.prioritizedKey, this.delayedKey, this.controlKey];
     if (tenant) keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
+    const args = [this.pool.queueDepth, tenant?.maxQueued ?? 0, priority, this.jobKeyPrefix, jobId];
     const job = new Job(
       this.queue,
       'completion',
@@ -218,41 +113,20 @@ export class PoolQueue {
       },
       jobId,
     );
-    const conn = this.bullConnection;
-    let results: [Error | null, unknown][] | null;
+    let queued: number;
     try {
-      results = await admitAndAdd(conn, await this.queue.getBackend().client, job, (tx) =>
-        tx.eval(admitScript, keys.length, ...keys, ...args),
-      );
+      // BullMQ defines its scripts on the connection once it is ready.
+      await this.queue.getBackend().client;
+      queued = await admitAndAdd(this.bullConnection, job, { keys, args });
     } catch (err) {
-      // The transaction may have run: take the job back if it is still queued.
+      // The script may have run, or stopped part way: take the job back if it is still queued.
       await this.queue.remove(jobId).catch(() => 0);
+      if (tenant) await this.redis.zrem(keys[4]!, jobId).catch(() => 0);
       throw err;
     }
-    const [admitted, added] = results ?? [];
-    if (!admitted || !added) throw new Error('the admission transaction was discarded');
-    // A transaction does not stop at a failed command: the add may have run.
-    if (admitted[0]) {
-      await this.queue.remove(jobId).catch(() => 0);
-      throw admitted[0];
-    }
-    const queued = Number(admitted[1]);
     if (queued < 0) {
-      if (queued === -1) this.lastQueued = this.pool.queueDepth;
-      // Gone before the refusal is answered; it would expire on its own should Redis be away.
-      await this.redis.del(this.jobKey(jobId)).catch(() => {});
+      if (queued === ADMISSION_CODES.queueFull) this.lastQueued = this.pool.queueDepth;
       return refusals[queued] ?? 'queue_full';
-    }
-    if (added[0]) {
-      if (tenant) await this.redis.zrem(keys[5]!, jobId).catch(() => 0);
-      // Redis forgot BullMQ's scripts (SCRIPT FLUSH) while this connection had sent them:
-      // inside a transaction ioredis does not resend them, so they are loaded and the
-      // whole admission runs again (nothing was added).
-      if (retry && /NOSCRIPT/.test(added[0].message)) {
-        await loadScripts(conn);
-        return this.add(jobId, payload, level, tenant, false);
-      }
-      throw added[0];
     }
     this.lastQueued = queued + 1;
     return undefined;

@@ -71,6 +71,32 @@ describe('pool queue (gateway side)', () => {
     expect(await queue.queue.count()).toBe(3);
   });
 
+  it("admits with one script call, and a refusal runs none of BullMQ's add", async () => {
+    const calls = async () => {
+      const stats = await redis.info('commandstats');
+      const count = (name: string) =>
+        Number(new RegExp(`cmdstat_${name}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
+      return {
+        multi: count('multi'),
+        exec: count('exec'),
+        script: count('evalsha') + count('eval'),
+      };
+    };
+    // The first add may send the script's text (EVAL) before its sha is known.
+    expect(await queue.add('warm', payload(), 'short')).toBeUndefined();
+    const before = await calls();
+    for (let i = 0; i < 2; i += 1)
+      expect(await queue.add(`one${i}`, payload(), 'short')).toBeUndefined();
+    expect(await queue.add('refused', payload(), 'short')).toBe('queue_full');
+    const after = await calls();
+    // Two admissions and a refusal: three scripts, no transaction around them.
+    expect(after).toEqual({ multi: before.multi, exec: before.exec, script: before.script + 3 });
+    // BullMQ's add writes 'added' and 'waiting' to the events stream: only the admitted did.
+    const events = await redis.xrange(`${keys.prefix}:${keys.queueName('p')}:events`, '-', '+');
+    const jobIds = events.map(([, fields]) => fields[fields.indexOf('jobId') + 1]);
+    expect(new Set(jobIds)).toEqual(new Set(['warm', 'one0', 'one1']));
+  });
+
   it('holds the bound after Redis has lost its scripts', async () => {
     // One add first, so this connection has sent every script once before Redis forgets them.
     expect(await queue.add('before', payload(), 'short')).toBeUndefined();

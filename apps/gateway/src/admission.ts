@@ -1,0 +1,128 @@
+// Admission to a pool's queue in one script: Sluice's checks (drain, the depth bound, the
+// tenant's bound) run in front of BullMQ's own add, unchanged, in the same EVALSHA. Redis runs
+// a script whole, so nothing comes between the count and the add, for clients and for anyone
+// reading the queue, on a single Redis and on a Cluster alike (every key carries the pool's
+// hash tag). A refusal adds nothing and leaves nothing behind.
+//
+// BullMQ still builds its keys and packs its arguments: the job's add is run against a
+// recorder that keeps what BullMQ would send (`Job.addJob` calls `runCommand(name, args)` on
+// the client it is given, bullmq/src/classes/redis-queue-backend.ts `addJobToTransaction`),
+// and the script BullMQ registered under that name is wrapped once per connection. Before,
+// the check and the add ran as MULTI, EVAL, EVALSHA, EXEC: three more commands per request,
+// and a placeholder key to make the add a no-op after a refusal.
+import type { Redis } from '@sluice/redis';
+import type { Job } from 'bullmq';
+
+/** What the admission script answers: the queue's depth before the add, or a refusal code. */
+export const ADMISSION_CODES = {
+  queueFull: -1,
+  tenantQueueFull: -2,
+  poolDraining: -3,
+} as const;
+
+/** The keys and arguments Sluice's checks read, after BullMQ's own. */
+export interface AdmissionInput {
+  /** Wait list, prioritised set, held (delayed) set, control key, then the tenant's set if any. */
+  keys: string[];
+  /** Depth bound, tenant bound (0: none), priority, job key prefix, job id. */
+  args: Array<string | number>;
+}
+
+// KEYS and ARGV past BullMQ's own (K keys, A arguments) are Sluice's. The tenant's set holds
+// the jobs it has queued; members whose job is gone are dropped before a tenant refusal, so
+// only jobs still queued (or running, until the dispatcher drops them) count.
+const checks = (k: number, a: number): string => `local sluiceQueued
+do
+  local K, A = ${k}, ${a}
+  if redis.call('get', KEYS[K + 4]) == 'draining' then return {${ADMISSION_CODES.poolDraining}} end
+  local n = redis.call('llen', KEYS[K + 1]) + redis.call('zcard', KEYS[K + 2]) + redis.call('zcard', KEYS[K + 3])
+  if n >= tonumber(ARGV[A + 1]) then return {${ADMISSION_CODES.queueFull}} end
+  local tenantSet = KEYS[K + 5]
+  if tenantSet then
+    local bound = tonumber(ARGV[A + 2])
+    if bound > 0 and redis.call('zcard', tenantSet) >= bound then
+      for _, id in ipairs(redis.call('zrange', tenantSet, 0, -1)) do
+        if redis.call('exists', ARGV[A + 4] .. id) == 0 then redis.call('zrem', tenantSet, id) end
+      end
+      if redis.call('zcard', tenantSet) >= bound then return {${ADMISSION_CODES.tenantQueueFull}} end
+    end
+    redis.call('zadd', tenantSet, ARGV[A + 3], ARGV[A + 5])
+  end
+  sluiceQueued = n
+end
+`;
+
+/** BullMQ's script text as a function of its own, so its `return` ends only the add. */
+export function composeAdmission(bullLua: string, bullKeys: number, bullArgs: number): string {
+  return `${checks(bullKeys, bullArgs)}local function bullmqAdd()
+${bullLua}
+end
+return {sluiceQueued, bullmqAdd()}
+`;
+}
+
+/** The command BullMQ's add would run, as recorded. */
+interface RecordedAdd {
+  name: string;
+  args: unknown[];
+}
+
+/** Runs BullMQ's add of `job` against a recorder and answers the script it would have run. */
+async function recordAdd(job: Job): Promise<RecordedAdd> {
+  let recorded: RecordedAdd | undefined;
+  const recorder = {
+    runCommand(name: string, args: unknown[]) {
+      recorded = { name, args };
+      return Promise.resolve(job.id);
+    },
+  };
+  await job.addJob(recorder as never);
+  if (!recorded) throw new Error('BullMQ added the job without running a script');
+  return recorded;
+}
+
+interface ScriptDefinition {
+  lua: string;
+  numberOfKeys?: number | null;
+}
+type Scripted = Redis & {
+  scriptsSet: Record<string, ScriptDefinition | undefined>;
+} & Record<string, unknown>;
+
+/** Defines (once per connection) the admission command around BullMQ's script `bullName`. */
+function admissionCommand(conn: Redis, bullName: string, argCount: number): [string, number] {
+  const scripted = conn as Scripted;
+  const bull = scripted.scriptsSet[bullName];
+  const bullKeys = bull?.numberOfKeys;
+  if (!bull || typeof bullKeys !== 'number')
+    throw new Error(`BullMQ's script ${bullName} is not defined on this connection`);
+  const name = `sluiceAdmit_${bullName}`;
+  if (typeof scripted[name] !== 'function')
+    conn.defineCommand(name, { lua: composeAdmission(bull.lua, bullKeys, argCount - bullKeys) });
+  return [name, bullKeys];
+}
+
+/**
+ * Admits and adds `job` in one script on BullMQ's connection `conn`. Answers the queue's depth
+ * before the add (>= 0) or one of ADMISSION_CODES. ioredis resends the script after a
+ * `SCRIPT FLUSH` (NOSCRIPT), so no retry is needed here.
+ */
+export async function admitAndAdd(conn: Redis, job: Job, input: AdmissionInput): Promise<number> {
+  const bull = await recordAdd(job);
+  const [name, bullKeys] = admissionCommand(conn, bull.name, bull.args.length);
+  const command = (conn as Scripted)[name] as (...args: unknown[]) => Promise<unknown>;
+  const reply = await command.call(
+    conn,
+    bullKeys + input.keys.length,
+    ...bull.args.slice(0, bullKeys),
+    ...input.keys,
+    ...bull.args.slice(bullKeys),
+    ...input.args,
+  );
+  if (!Array.isArray(reply) || typeof reply[0] !== 'number')
+    throw new Error(`the admission script answered ${JSON.stringify(reply)}`);
+  const [queued, added] = reply as [number, unknown];
+  if (queued >= 0 && typeof added === 'number' && added < 0)
+    throw new Error(`BullMQ's add refused job ${String(job.id)} with code ${added}`);
+  return queued;
+}
