@@ -34,6 +34,9 @@ async function servesThrough(redis: Record<string, string>): Promise<void> {
     VLLM_URL: sim.url,
     VLLM_MODEL: 'm',
     NODE_OPTIONS: '--unhandled-rejections=strict',
+    // Every body in a key of its own (the admission script's SET, the dispatcher's GETDEL):
+    // the commands a large prompt needs pass the ACL and land in the pool's slot too.
+    SLUICE_BODY_KEY_MIN_BYTES: '0',
   };
   const dispatcher = await startDispatcher(env);
   try {

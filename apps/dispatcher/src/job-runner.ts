@@ -4,6 +4,7 @@
 // without running (skipped, expired).
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import { jobBody, type JobPayload, type KeySpace } from '@sluice/protocol';
+import type { Redis } from '@sluice/redis';
 import type { Job } from 'bullmq';
 import type { CancelBook, CancelledError } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
@@ -17,6 +18,8 @@ import type { ReplicaLiveness } from './replicas.js';
 export interface JobRunnerDeps {
   pool: string;
   keys: KeySpace;
+  /** Reads (and deletes) a body carried in a key of its own (`bodyInKey`). */
+  redis: Pick<Redis, 'getdelBuffer'>;
   hub: RelayHub;
   cancels: CancelBook;
   replicas: ReplicaLiveness;
@@ -93,6 +96,31 @@ export class JobRunner {
     }
   }
 
+  /**
+   * The body a gateway put in a key of its own, read and deleted in one command: from here the
+   * job runs or fails, it is never run again (a stalled job is failed). Missing (expired, or
+   * deleted outside Sluice) or unreadable, the client gets an error frame and nothing runs.
+   */
+  private async bodyInKey(entry: InflightJob): Promise<Buffer | undefined> {
+    const { hub, keys, pool, log, redis } = this.deps;
+    let body: Buffer | null;
+    let why: string;
+    try {
+      body = await redis.getdelBuffer(keys.jobBody(pool, entry.id));
+      why = 'is missing from Redis';
+    } catch (err) {
+      body = null;
+      why = `could not be read from Redis: ${(err as Error).message}`;
+    }
+    if (body) return body;
+    log.error({ jobId: entry.id }, `request body ${why}`);
+    const relay = hub.open(entry.id, keys.replyChannel(entry.payload.replica));
+    relay.error({ code: 'internal_error', message: `request not started: its body ${why}` });
+    hub.close(relay);
+    await hub.written();
+    return undefined;
+  }
+
   private async runJob(entry: InflightJob): Promise<RunOutcome | undefined> {
     const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
     const { job, token, engine, payload, work, id: jobId } = entry;
@@ -111,7 +139,8 @@ export class JobRunner {
       return skip('cancelled');
     }
 
-    const body = jobBody(payload);
+    const body = payload.bodyInKey ? await this.bodyInKey(entry) : jobBody(payload);
+    if (body === undefined) return skip('body_missing');
     let degraded;
     try {
       degraded = this.deps.load.apply(body, payload.path, payload.optOut === true);

@@ -206,6 +206,7 @@ export class PoolDispatcher {
     this.runner = new JobRunner({
       pool: name,
       keys,
+      redis: deps.redis,
       hub: deps.hub,
       cancels: deps.cancels,
       replicas: deps.replicas,

@@ -50,8 +50,13 @@ beforeAll(async () => {
   bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
   subscriber = createRedis(server.url, { name: 'sub', role: 'subscriber' });
   await Promise.all([redisReady(command), redisReady(bull), redisReady(subscriber)]);
-  queue = new Queue('pool-p', { connection: bull, prefix: keys.prefix });
-  worker = new Worker('pool-p', null, { connection: bull, prefix: keys.prefix, autorun: false });
+  // The pool's real queue name: a body carried in the job hash is read from keys.jobKey.
+  queue = new Queue(keys.queueName('p'), { connection: bull, prefix: keys.prefix });
+  worker = new Worker(keys.queueName('p'), null, {
+    connection: bull,
+    prefix: keys.prefix,
+    autorun: false,
+  });
   await worker.waitUntilReady();
   hub = new RelayHub(command, 1000, Date.now);
 });
@@ -78,6 +83,7 @@ function runner(replicas = new ReplicaLiveness(command, keys, 0, 0, Date.now)) {
   return new JobRunner({
     pool: 'p',
     keys,
+    redis: command,
     hub,
     cancels,
     replicas,
@@ -100,18 +106,27 @@ const ledger = new InflightLedger({
 
 let replicas = 0;
 /** A job for a fresh replica whose channel the test listens on; alive unless told. */
-async function take(opts: { alive?: boolean; maxTokens?: number; endCounts?: boolean } = {}) {
+async function take(
+  opts: {
+    alive?: boolean;
+    maxTokens?: number;
+    endCounts?: boolean;
+    /** The body goes into a key of its own (as a gateway does for a large one); null: it is lost. */
+    bodyInKey?: boolean | null;
+  } = {},
+) {
   const replica = `r${(replicas += 1)}`;
   if (opts.alive !== false) await command.set(keys.replicaAlive(replica), '1', 'PX', 60_000);
+  const body = JSON.stringify({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hi' }],
+    stream: true,
+    max_tokens: opts.maxTokens ?? 3,
+    ignore_eos: true,
+  });
   const payload: JobPayload = {
     v: 1,
-    body: JSON.stringify({
-      model: 'm',
-      messages: [{ role: 'user', content: 'hi' }],
-      stream: true,
-      max_tokens: opts.maxTokens ?? 3,
-      ignore_eos: true,
-    }),
+    ...(opts.bodyInKey === undefined ? { body } : { bodyInKey: true as const }),
     path: '/v1/chat/completions',
     stream: true,
     replica,
@@ -120,7 +135,8 @@ async function take(opts: { alive?: boolean; maxTokens?: number; endCounts?: boo
     priority: 0,
     endCounts: opts.endCounts ?? true,
   };
-  await queue.add('job', payload);
+  const added = await queue.add('job', payload);
+  if (opts.bodyInKey) await command.set(keys.jobBody('p', added.id!), Buffer.from(body));
   const token = `token-${replica}`;
   const job = (await worker.getNextJob(token, { block: false })) as Job;
   const frames: Frame[] = [];
@@ -160,6 +176,37 @@ describe('job runner', () => {
     expect(await queue.getJobState(job.id!)).toBe('completed');
   });
 
+  it('runs a job whose body its gateway put in a key of its own, and deletes the key', async () => {
+    const { job, entry, frames } = await take({ bodyInKey: true, maxTokens: 5 });
+    expect(job.data).not.toHaveProperty('body');
+    await runAndRecord(entry);
+    expect(await command.exists(keys.jobBody('p', job.id!))).toBe(0);
+    await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+    // The engine streamed the 5 tokens that body asks for.
+    expect(frames.at(-1)).toMatchObject({ type: 'end', info: { completionTokens: 5 } });
+    expect(await queue.getJobState(job.id!)).toBe('completed');
+  });
+
+  it('answers an error frame and runs nothing when the body in its key is gone', async () => {
+    const before = (await sim.state()).receivedTotal as number;
+    const missing = await skipped('body_missing');
+    const { job, entry, frames } = await take({ bodyInKey: null });
+    await runAndRecord(entry);
+    await eventually(() => frames.some((f) => f.type === 'error'), 'the error frame');
+    expect(frames).toEqual([
+      expect.objectContaining({
+        type: 'error',
+        info: {
+          code: 'internal_error',
+          message: 'request not started: its body is missing from Redis',
+        },
+      }),
+    ]);
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    expect(await skipped('body_missing')).toBe(missing + 1);
+    expect((await sim.state()).receivedTotal).toBe(before);
+  });
+
   it('sends no counts in the end frame of a job from a gateway that does not read them', async () => {
     const { entry, frames } = await take({ endCounts: false });
     await runAndRecord(entry);
@@ -177,7 +224,7 @@ describe('job runner', () => {
     try {
       const { job, entry, replica } = await take();
       await runAndRecord(entry);
-      const jobKey = `${keys.prefix}:pool-p:${job.id!}`;
+      const jobKey = keys.jobKey('p', job.id!);
       const isCompletion = (args: string[]) =>
         /^eval(sha)?$/i.test(args[0]!) && args.includes(jobKey) && args.includes('completed');
       const completion = await eventually(() => {

@@ -22,22 +22,28 @@ export const ADMISSION_CODES = {
 
 /** The keys and arguments Sluice's checks read, after BullMQ's own. */
 export interface AdmissionInput {
-  /** Wait list, prioritised set, held (delayed) set, control key, then the tenant's set if any. */
+  /**
+   * Wait list, prioritised set, held (delayed) set, control key, the job's body key, then the
+   * tenant's set if any.
+   */
   keys: string[];
-  /** Depth bound, tenant bound (0: none), priority, job key prefix, job id. */
-  args: Array<string | number>;
+  /**
+   * Depth bound, tenant bound (0: none), priority, job key prefix, job id, then, for a body in
+   * a key of its own (`bodyInKey`), the raw body and the key's time to live in ms.
+   */
+  args: Array<string | number | Buffer>;
 }
 
 // KEYS and ARGV past BullMQ's own (K keys, A arguments) are Sluice's. The tenant's set holds
 // the jobs it has queued; members whose job is gone are dropped before a tenant refusal, so
 // only jobs still queued (or running, until the dispatcher drops them) count.
 const checks = (k: number, a: number): string => `local sluiceQueued
+local K, A = ${k}, ${a}
 do
-  local K, A = ${k}, ${a}
   if redis.call('get', KEYS[K + 4]) == 'draining' then return {${ADMISSION_CODES.poolDraining}} end
   local n = redis.call('llen', KEYS[K + 1]) + redis.call('zcard', KEYS[K + 2]) + redis.call('zcard', KEYS[K + 3])
   if n >= tonumber(ARGV[A + 1]) then return {${ADMISSION_CODES.queueFull}} end
-  local tenantSet = KEYS[K + 5]
+  local tenantSet = KEYS[K + 6]
   if tenantSet then
     local bound = tonumber(ARGV[A + 2])
     if bound > 0 and redis.call('zcard', tenantSet) >= bound then
@@ -52,12 +58,19 @@ do
 end
 `;
 
-/** BullMQ's script text as a function of its own, so its `return` ends only the add. */
+/**
+ * BullMQ's script text as a function of its own, so its `return` ends only the add; a raw body
+ * then goes into its own key, which the dispatcher reads and deletes and which expires.
+ */
 export function composeAdmission(bullLua: string, bullKeys: number, bullArgs: number): string {
   return `${checks(bullKeys, bullArgs)}local function bullmqAdd()
 ${bullLua}
 end
-return {sluiceQueued, bullmqAdd()}
+local added = bullmqAdd()
+if ARGV[A + 6] and type(added) == 'string' then
+  redis.call('set', KEYS[K + 5], ARGV[A + 6], 'PX', ARGV[A + 7])
+end
+return {sluiceQueued, added}
 `;
 }
 

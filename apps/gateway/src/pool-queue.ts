@@ -4,6 +4,7 @@
 import { longWaitSeconds, retryAfterSeconds } from '@sluice/admission';
 import type { PoolConfig } from '@sluice/config';
 import {
+  BODY_KEY_GRACE_MS,
   bullPriority,
   decodePoolStats,
   QUEUE_EVENTS_MAX_LEN,
@@ -94,11 +95,29 @@ export class PoolQueue {
     payload: JobPayload,
     level: QueueLevel,
     tenant?: QueuedTenant,
+    /** The body's bytes, for a payload that carries it in a key of its own (`bodyInKey`). */
+    rawBody?: Buffer,
   ): Promise<AddRefusal | undefined> {
     const priority = bullPriority(payload.priority, this.maxPriority, level);
-    const keys = [this.waitKey, this.prioritizedKey, this.delayedKey, this.controlKey];
+    const keys = [
+      this.waitKey,
+      this.prioritizedKey,
+      this.delayedKey,
+      this.controlKey,
+      this.keys.jobBody(this.pool.name, jobId),
+    ];
     if (tenant) keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
-    const args = [this.pool.queueDepth, tenant?.maxQueued ?? 0, priority, this.jobKeyPrefix, jobId];
+    const args: Array<string | number | Buffer> = [
+      this.pool.queueDepth,
+      tenant?.maxQueued ?? 0,
+      priority,
+      this.jobKeyPrefix,
+      jobId,
+    ];
+    if (payload.bodyInKey) {
+      if (!rawBody) throw new Error(`job ${jobId} carries its body in a key but none was given`);
+      args.push(rawBody, Math.max(0, payload.deadline - this.now()) + BODY_KEY_GRACE_MS);
+    }
     const job = new Job(
       this.queue,
       'completion',
@@ -121,7 +140,7 @@ export class PoolQueue {
     } catch (err) {
       // The script may have run, or stopped part way: take the job back if it is still queued.
       await this.queue.remove(jobId).catch(() => 0);
-      if (tenant) await this.redis.zrem(keys[4]!, jobId).catch(() => 0);
+      if (tenant) await this.redis.zrem(keys[5]!, jobId).catch(() => 0);
       throw err;
     }
     if (queued < 0) {

@@ -1,6 +1,6 @@
 // The gateway's side of a pool against a real redis-server and BullMQ.
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
-import { keySpace, type JobPayload } from '@sluice/protocol';
+import { BODY_KEY_GRACE_MS, keySpace, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
 import { Worker } from 'bullmq';
@@ -95,6 +95,30 @@ describe('pool queue (gateway side)', () => {
     const events = await redis.xrange(`${keys.prefix}:${keys.queueName('p')}:events`, '-', '+');
     const jobIds = events.map(([, fields]) => fields[fields.indexOf('jobId') + 1]);
     expect(new Set(jobIds)).toEqual(new Set(['warm', 'one0', 'one1']));
+  });
+
+  it('puts a large body into a key of its own in the same script, expiring; none after a refusal', async () => {
+    const bytes = Buffer.from('{"messages":[{"content":"caf\u00e9 \\"q\\" \u4e2d \u00ff"}]}');
+    const raw: JobPayload = {
+      ...payload(),
+      body: undefined,
+      bodyInKey: true,
+      deadline: Date.now() + 10_000,
+    };
+    for (let i = 0; i < 3; i += 1)
+      expect(await queue.add(`r${i}`, raw, 'short', undefined, bytes)).toBeUndefined();
+    expect(await redis.getBuffer(keys.jobBody('p', 'r0'))).toEqual(bytes);
+    // It expires after the park limit and the grace, should no dispatcher take it.
+    const ttl = await redis.pttl(keys.jobBody('p', 'r0'));
+    expect(ttl).toBeGreaterThan(BODY_KEY_GRACE_MS);
+    expect(ttl).toBeLessThanOrEqual(10_000 + BODY_KEY_GRACE_MS);
+    // BullMQ's job data holds no body.
+    expect((await queue.queue.getJob('r0'))?.data).toEqual({ ...raw, body: undefined });
+    expect(await queue.add('r-refused', raw, 'short', undefined, bytes)).toBe('queue_full');
+    expect(await redis.exists(keys.jobKey('p', 'r-refused'), keys.jobBody('p', 'r-refused'))).toBe(
+      0,
+    );
+    await expect(queue.add('r-none', raw, 'short')).rejects.toThrow(/none was given/);
   });
 
   it('holds the bound after Redis has lost its scripts', async () => {

@@ -200,6 +200,7 @@ export function loadConfig(
     },
     limits: {
       maxBodyBytes: vars.must('MAX_BODY_BYTES'),
+      bodyKeyMinBytes: vars.must('SLUICE_BODY_KEY_MIN_BYTES'),
       heartbeatSeconds: vars.must('SSE_HEARTBEAT_SECONDS'),
       slowClientBytes: vars.must('SLUICE_SLOW_CLIENT_BYTES'),
       requestTimeoutSeconds: vars.must('GATEWAY_REQUEST_TIMEOUT_SECONDS'),

@@ -166,6 +166,8 @@ export interface SluiceConfig {
   admission: { kvThreshold: number; failMode: 'open' | 'closed' };
   limits: {
     maxBodyBytes: number;
+    /** From this size (bytes) a body travels in a key of its own (JobPayload `bodyInKey`). */
+    bodyKeyMinBytes: number;
     heartbeatSeconds: number;
     slowClientBytes: number;
     /** Receiving one request (headers and body), not answering it. */

@@ -199,6 +199,10 @@ export const VARIABLES = {
     fallback: 1_048_576,
     help: 'request body limit (413 above it)',
   }),
+  SLUICE_BODY_KEY_MIN_BYTES: v(integer(0), {
+    fallback: 65_536,
+    help: 'bodies from this size travel raw in a Redis key of their own, not base64 in the job',
+  }),
   SSE_HEARTBEAT_SECONDS: v(decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }), {
     fallback: 15,
     help: 'keep-alive comment period for waiting streams (fractions allowed)',

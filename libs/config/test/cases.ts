@@ -36,6 +36,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   ADMISSION_FAIL_MODE: (c) => c.admission.failMode,
   SLUICE_DEGRADATION: (c) => c.pools[0]?.degradation.enabled,
   MAX_BODY_BYTES: (c) => c.limits.maxBodyBytes,
+  SLUICE_BODY_KEY_MIN_BYTES: (c) => c.limits.bodyKeyMinBytes,
   SSE_HEARTBEAT_SECONDS: (c) => c.limits.heartbeatSeconds,
   SLUICE_SLOW_CLIENT_BYTES: (c) => c.limits.slowClientBytes,
   GATEWAY_REQUEST_TIMEOUT_SECONDS: (c) => c.limits.requestTimeoutSeconds,
@@ -123,6 +124,7 @@ export const bad: Record<VariableName, string[]> = {
   ADMISSION_FAIL_MODE: ['maybe', 'opened', 'open '],
   SLUICE_DEGRADATION: ['true', 'false', 'yes', '0', 'of', ' on'],
   MAX_BODY_BYTES: ['1023', '1kb', '0'],
+  SLUICE_BODY_KEY_MIN_BYTES: ['-1', '64k', '1.5'],
   SSE_HEARTBEAT_SECONDS: ['0', '-1', 'x', '0.0'],
   SLUICE_SLOW_CLIENT_BYTES: ['1023', '4MB'],
   GATEWAY_REQUEST_TIMEOUT_SECONDS: ['0', '-1', '30s', '2147484'],
@@ -276,6 +278,10 @@ export const good: Record<
     ['ON', true, { VLLM_URL: 'http://e:1' }],
   ],
   MAX_BODY_BYTES: [['1024', 1024]],
+  SLUICE_BODY_KEY_MIN_BYTES: [
+    ['0', 0],
+    ['1048576', 1_048_576],
+  ],
   SSE_HEARTBEAT_SECONDS: [
     ['0.05', 0.05],
     ['30', 30],

@@ -10,6 +10,7 @@ const DEFAULTS: SluiceConfig = {
   admission: { kvThreshold: 0.9, failMode: 'open' },
   limits: {
     maxBodyBytes: 1_048_576,
+    bodyKeyMinBytes: 65_536,
     heartbeatSeconds: 15,
     slowClientBytes: 4_194_304,
     requestTimeoutSeconds: 30,

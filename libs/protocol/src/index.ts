@@ -5,6 +5,7 @@ export {
   bullPriority,
   completionPaths,
   jobBody,
+  BODY_KEY_GRACE_MS,
   QUEUE_EVENTS_MAX_LEN,
   validateJobPayload,
   type CompletionPath,

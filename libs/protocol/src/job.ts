@@ -17,6 +17,14 @@ export interface JobPayload {
   body?: string;
   /** Raw request body as the client sent it, base64. */
   bodyBase64?: string;
+  /**
+   * The body is not in the payload: it is in a key of its own (KeySpace.jobBody), raw bytes as
+   * the client sent them. A gateway does this from SLUICE_BODY_KEY_MIN_BYTES on, where the bytes cost
+   * one command to write (inside the admission script) and one round trip to read back, and
+   * base64 inside BullMQ's JSON would cost milliseconds in both processes
+   * (docs/performance.md, "The body as bytes").
+   */
+  bodyInKey?: true;
   path: CompletionPath;
   stream: boolean;
   /** Gateway replica holding the client: frames go to its reply channel. */
@@ -42,7 +50,16 @@ export interface JobPayload {
   endCounts?: boolean;
 }
 
-/** The request body a payload carries, as the engine is to get it. */
+/**
+ * How long a body key outlives its job's park limit: a job taken just before its deadline
+ * still finds its body when it runs.
+ */
+export const BODY_KEY_GRACE_MS = 60_000;
+
+/**
+ * The request body a payload carries, as the engine is to get it; for `bodyInKey`, none: the
+ * caller reads KeySpace.jobBody.
+ */
 export function jobBody(payload: JobPayload): string | Buffer {
   return payload.bodyBase64 !== undefined
     ? Buffer.from(payload.bodyBase64, 'base64')
@@ -67,8 +84,11 @@ export function validateJobPayload(value: unknown): JobPayload {
     fail('(root)', 'an object', value);
   const p = value as Record<string, unknown>;
   if (p['v'] !== 1) fail('v', '1', p['v']);
-  if (typeof p['body'] === typeof p['bodyBase64'])
-    fail('body', 'a string, or absent beside a bodyBase64 string', p['body']);
+  const carried = [p['body'], p['bodyBase64'], p['bodyInKey']].filter((v) => v !== undefined);
+  if (carried.length !== 1)
+    fail('body', 'a string, or absent beside a bodyBase64 string or bodyInKey', p['body']);
+  if (p['bodyInKey'] !== undefined && p['bodyInKey'] !== true)
+    fail('bodyInKey', 'true', p['bodyInKey']);
   if (p['body'] !== undefined && typeof p['body'] !== 'string') fail('body', 'a string', p['body']);
   if (p['bodyBase64'] !== undefined && typeof p['bodyBase64'] !== 'string')
     fail('bodyBase64', 'a string', p['bodyBase64']);

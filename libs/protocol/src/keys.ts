@@ -16,6 +16,12 @@ export interface KeySpace {
   queueKey(pool: string, type: string): string;
   /** The hash BullMQ keeps a job in: it exists from the add until the job is removed. */
   jobKey(pool: string, jobId: string): string;
+  /**
+   * A large request body, raw, beside its job (`bodyInKey`): written by the admission script,
+   * read and deleted (GETDEL) by the dispatcher that runs the job, and set to expire after the
+   * job's park limit, so a job that never runs leaves nothing behind for long.
+   */
+  jobBody(pool: string, jobId: string): string;
   /** Lease held by the one dispatcher allowed to release this pool's jobs. */
   lease(pool: string): string;
   /**
@@ -68,6 +74,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     queueName,
     queueKey,
     jobKey: (pool, jobId) => queueKey(pool, jobId),
+    jobBody: (pool, jobId) => queueKey(pool, `${jobId}:sluice-body`),
     lease: (pool) => queueKey(pool, 'lease'),
     poolStats: (pool) => queueKey(pool, 'stats'),
     poolControl: (pool) => queueKey(pool, 'control'),

@@ -39,6 +39,8 @@ describe('job payload', () => {
     ],
     [{ ...valid, body: undefined }, /field body must be a string, or absent beside a bodyBase64/],
     [{ ...valid, body: undefined, bodyBase64: 7 }, /field bodyBase64 must be a string/],
+    [{ ...valid, bodyInKey: true }, /field body must be a string, or absent beside .* bodyInKey/],
+    [{ ...valid, body: undefined, bodyInKey: 1 }, /field bodyInKey must be true/],
     [
       { ...valid, path: '/v1/embeddings' },
       /field path must be \/v1\/chat\/completions or \/v1\/completions/,
@@ -60,6 +62,11 @@ describe('job payload', () => {
     expect(validateJobPayload(asBase64)).toBe(asBase64);
     expect(Buffer.from(jobBody(asBase64))).toEqual(bytes);
     expect(Buffer.from(jobBody({ ...valid, body: bytes.toString('utf8') }))).toEqual(bytes);
+  });
+
+  it('accepts a body carried in a key of its own instead of the payload', () => {
+    const inKey = { ...valid, body: undefined, bodyInKey: true };
+    expect(validateJobPayload(inKey)).toBe(inKey);
   });
 
   it('maps priority classes to BullMQ priorities, aged long before short before long within a class', () => {

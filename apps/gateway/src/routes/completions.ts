@@ -147,7 +147,10 @@ export async function completionRoutes(
       const stream = peeked.stream === true;
       const payload: JobPayload = {
         v: 1,
-        bodyBase64: body.toString('base64'),
+        // A large body skips BullMQ's JSON: it goes raw into a key of its own (JobPayload).
+        ...(body.length >= limits.bodyKeyMinBytes
+          ? { bodyInKey: true as const }
+          : { bodyBase64: body.toString('base64') }),
         path,
         stream,
         replica: replicaId,
@@ -215,7 +218,7 @@ export async function completionRoutes(
               ? 'aged'
               : 'long';
         const tenant = request.tenant ?? undefined;
-        const refused = await addWithin(pool, jobId, payload, level, tenant, ENQUEUE_TIMEOUT_MS);
+        const refused = await addWithin(pool, jobId, payload, level, tenant, body);
         markStage('gateway.enqueued');
         held.added = refused === undefined;
         if (refused) held.fail(queueRefusal(refused, pool, tenant, await pool.retryAfter()));
@@ -253,11 +256,12 @@ async function addWithin(
   payload: JobPayload,
   level: QueueLevel,
   tenant: QueuedTenant | undefined,
-  ms: number,
+  body: Buffer,
+  ms = ENQUEUE_TIMEOUT_MS,
 ): Promise<AddRefusal | undefined> {
   let timer: NodeJS.Timeout | undefined;
   let gaveUp = false;
-  const added = pool.add(jobId, payload, level, tenant);
+  const added = pool.add(jobId, payload, level, tenant, payload.bodyInKey ? body : undefined);
   try {
     return await Promise.race([
       added,
