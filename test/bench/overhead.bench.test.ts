@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
+import { QUEUE_EVENTS_MAX_LEN } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -29,6 +30,7 @@ import {
   type ScenarioResult,
 } from './results.ts';
 import { breakdown, criticalPath, readMarks, type Mark } from './stages.ts';
+import { bullmqFloor } from './bullmq-floor.ts';
 
 /** The part of autocannon's API used here (the package ships no types). */
 type Autocannon = (
@@ -296,6 +298,16 @@ async function sustained(figures: Figure[], notes: string[]) {
     goal: `<= ${COMMANDS_GOAL}`,
     met: perRequest <= COMMANDS_GOAL,
   });
+  const floor = await bullmqFloor();
+  figures.push({
+    name: "BullMQ's own commands per job (add, then take and complete with fetchNext)",
+    value: round(floor.add + floor.run, 1),
+    unit: 'commands',
+    note: `add ${round(floor.add, 1)}, take and complete ${round(floor.run, 1)}; BullMQ alone on a fresh Redis, every job handed over`,
+  });
+  notes.push(
+    `BullMQ alone, on a fresh Redis with a pool's queue settings (global concurrency, events stream at ${QUEUE_EVENTS_MAX_LEN}, prioritised jobs removed on completion), runs ${round(floor.add + floor.run, 1)} commands per job (add ${round(floor.add, 1)}, take and complete with fetchNext ${round(floor.run, 1)}) before any of Sluice's: the floor under the commands goal.`,
+  );
   notes.push(
     `Redis commands per Sluice request (including those BullMQ's Lua scripts run, and the broker's background work during the steps), by command: ${delta
       .filter(([, n]) => n >= 0.05)
