@@ -17,7 +17,7 @@ export interface HeldHooksDeps {
   ended: RequestEnded;
 }
 
-/** What the access log says of a held request beyond what HeldRequest knows. */
+/** What the access log (and the removal of its job) needs of a held request beyond HeldRequest. */
 export interface HeldInfo {
   /** `x-request-id`. */
   id: string;
@@ -25,6 +25,8 @@ export interface HeldInfo {
   tenant?: string;
   /** The gateway's estimate, counted when the engine reports no usage. */
   promptTokens: number;
+  /** Its body went into a key of its own (JobPayload `bodyInKey`). */
+  bodyInKey?: boolean;
 }
 
 export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo): HeldRequestHooks {
@@ -36,7 +38,7 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo):
     slowClientBytes: deps.slowClientBytes,
     slowClientStallMs: deps.slowClientStallSeconds * 1000,
     now,
-    removeQueued: (jobId) => pool.removeQueued(jobId, tenant),
+    removeQueued: (jobId) => pool.removeQueued(jobId, { tenant, bodyInKey: info.bodyInKey }),
     jobKey: (jobId) => pool.jobKey(jobId),
     cancel: deps.publishCancel,
     retryAfter: () => pool.retryAfter(),

@@ -162,13 +162,22 @@ export class PoolQueue {
    * answers 1 for a job that does not exist, so existence is read first. Both calls are
    * bounded by the command timeout.
    */
-  async removeQueued(jobId: string, tenant?: string): Promise<QueuedRemoval> {
+  async removeQueued(
+    jobId: string,
+    of: { tenant?: string; bodyInKey?: boolean } = {},
+  ): Promise<QueuedRemoval> {
     if ((await this.redis.exists(this.jobKey(jobId))) === 0) return 'missing';
     const removed = await withTimeout(this.queue.remove(jobId), `remove job ${jobId}`);
     if (removed !== 1) return 'taken';
-    // Its tenant's place frees at once; a failure leaves a member the next refusal drops.
-    if (tenant !== undefined)
-      await this.redis.zrem(this.keys.tenantQueued(this.pool.name, tenant), jobId).catch(() => 0);
+    // Its tenant's place and its body's memory free at once; a failure leaves a member the
+    // next refusal drops, and a body key that expires after the park limit.
+    const { tenant, bodyInKey } = of;
+    await Promise.all([
+      tenant === undefined
+        ? 0
+        : this.redis.zrem(this.keys.tenantQueued(this.pool.name, tenant), jobId).catch(() => 0),
+      bodyInKey ? this.redis.del(this.keys.jobBody(this.pool.name, jobId)).catch(() => 0) : 0,
+    ]);
     return 'removed';
   }
 

@@ -119,6 +119,10 @@ describe('pool queue (gateway side)', () => {
       0,
     );
     await expect(queue.add('r-none', raw, 'short')).rejects.toThrow(/none was given/);
+    // Taken back while queued, its body goes with it.
+    expect(await queue.removeQueued('r1', { bodyInKey: true })).toBe('removed');
+    expect(await redis.exists(keys.jobBody('p', 'r1'))).toBe(0);
+    expect(await redis.exists(keys.jobBody('p', 'r2'))).toBe(1);
   });
 
   it('holds the bound after Redis has lost its scripts', async () => {
@@ -249,7 +253,7 @@ describe('pool queue (gateway side)', () => {
     expect(await wide.queue.count()).toBe(6);
     // A job taken back by its gateway frees its tenant's place at once.
     const admitted = results.flatMap((r, i) => (r === undefined ? [`a${i}`] : []));
-    expect(await wide.removeQueued(admitted[0]!, 'alpha')).toBe('removed');
+    expect(await wide.removeQueued(admitted[0]!, { tenant: 'alpha' })).toBe('removed');
     expect(await wide.add('a-next', payload(), 'short', alpha)).toBeUndefined();
     expect(await wide.add('a-over', payload(), 'short', alpha)).toBe('tenant_queue_full');
     await Promise.all([wide.close(), other.close()]);

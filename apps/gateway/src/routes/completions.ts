@@ -201,7 +201,13 @@ export async function completionRoutes(
         request.arrivedAt,
         payload.enqueuedAt,
         reply.raw,
-        opts.heldHooks(pool, { id: request.id, model, tenant: payload.tenant, promptTokens }),
+        opts.heldHooks(pool, {
+          id: request.id,
+          model,
+          tenant: payload.tenant,
+          promptTokens,
+          bodyInKey: payload.bodyInKey,
+        }),
       );
       // Registered before the add: frames may arrive before BullMQ's add resolves.
       replies.held.set(jobId, held);
@@ -277,7 +283,10 @@ async function addWithin(
     if (gaveUp)
       void added.then(
         (refused) =>
-          refused === undefined && pool.removeQueued(jobId, tenant?.name).catch(() => false),
+          refused === undefined &&
+          pool
+            .removeQueued(jobId, { tenant: tenant?.name, bodyInKey: payload.bodyInKey })
+            .catch(() => false),
         () => undefined,
       );
   }
