@@ -165,6 +165,9 @@ describe('fair share between two tenants', () => {
       ((await metricSum(gateways[1]!.url, 'sluice_tenant_rejected_total')) ?? 0);
     expect(refusedSeen).toBe(refused.length);
     expect(await metricSum(dispatcher.url, 'sluice_tenant_tokens_total')).toBeGreaterThan(0);
+    // Slots went straight from one job to the next (the fair share picking each), and the
+    // order above held all the same.
+    expect(await metricSum(dispatcher.url, 'sluice_handovers_total')).toBeGreaterThan(0);
   });
 });
 

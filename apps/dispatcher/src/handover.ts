@@ -19,19 +19,18 @@ export interface HandoverView {
   loopWaiting: boolean;
   /** A held job was promoted: it goes first, and BullMQ's next may not be it. */
   promotedPending: boolean;
-  /** The pool has a fair share among tenants: its pick, not BullMQ's next, goes first. */
-  fairShare: boolean;
   mayTake: boolean;
 }
 
 /**
  * Whether the run of `ending` may hand its slot straight to BullMQ's next job: only where the
- * loop would take that very job next (no promoted held job, no tenant share to consult) and
- * the gate, with `ending`'s slot free, admits on some engine. The job taken still goes through
- * the release order (`place`), which may hold it back like any other.
+ * loop would take that very job next (no promoted held job; with tenants, the fair share puts
+ * its pick in front first, as before a take) and the gate, with `ending`'s slot free, admits
+ * on some engine. The job taken still goes through the release order (`place`), which may
+ * hold it back like any other.
  */
 export function mayHandOver(ending: InflightJob, view: HandoverView): boolean {
-  if (!view.mayTake || view.loopWaiting || view.promotedPending || view.fairShare) return false;
+  if (!view.mayTake || view.loopWaiting || view.promotedPending) return false;
   const freed = view.engines.map((e) =>
     e === ending.engine ? { ...e, inflight: e.inflight - 1 } : e,
   );

@@ -49,6 +49,12 @@ export class ReleaseLoop {
    */
   private waitingForMarker = false;
   private lastTakeEmpty = true;
+  /**
+   * With tenants, one pick-and-take at a time: the fair share's pick, BullMQ's take of the job
+   * it put in front (the loop's take or a handover's fetch) and the release that charges the
+   * tenant, so each pick sees the charges of the ones before it.
+   */
+  private turn: Promise<unknown> = Promise.resolve();
 
   constructor(private readonly deps: ReleaseLoopDeps) {}
 
@@ -74,6 +80,13 @@ export class ReleaseLoop {
   /** Something the gate reads changed, or the loop should check `mayTake`: look again. */
   wake(): void {
     this.wakeUp?.();
+  }
+
+  /** Runs `step` after every pick-and-take before it (see `turn`). */
+  private inTurn<T>(step: () => Promise<T>): Promise<T> {
+    const run = this.turn.then(step);
+    this.turn = run.catch(() => {});
+    return run;
   }
 
   /** Resolves when a slot frees or the lease changes. */
@@ -114,37 +127,48 @@ export class ReleaseLoop {
         await this.waitForWake();
         continue;
       }
-      // The fair share puts the next tenant's job in front, unless a held job promoted back
-      // is there: it goes first (holding.ts).
-      const fairShare = this.deps.fairShare;
-      if (fairShare) {
-        if (this.deps.holding.held.promoted === undefined) await fairShare.prepareNext();
-        else fairShare.promotedFirst();
-      }
-      const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
-      let job: Job | undefined;
-      this.waitingForMarker = this.lastTakeEmpty;
-      try {
-        job = await worker.getNextJob(token, { block: true });
-      } catch (err) {
-        if (!this.deps.mayTake()) break;
-        this.deps.log.error({ err, pool: this.deps.pool.name }, 'getNextJob failed');
-        await new Promise((r) => setTimeout(r, 200));
-        continue;
-      } finally {
-        this.waitingForMarker = false;
-      }
-      this.lastTakeEmpty = job === undefined;
-      if (!job) continue;
-      markStage('dispatcher.job');
-      if (!this.deps.mayTake()) {
-        // Lost the lease while blocked: the job goes back untouched for the new leader.
-        await job.moveToWait(token).catch(() => {});
-        break;
-      }
-      this.place(job, token);
+      const take = () => this.take();
+      const taken = await (this.deps.fairShare ? this.inTurn(take) : take());
+      if (taken === 'lost') break;
+      if (taken === 'failed') await new Promise((r) => setTimeout(r, 200));
     }
     metrics.gateOpen.set(poolLabel, 0);
+  }
+
+  /**
+   * One take: the fair share's pick first (with tenants), then BullMQ's next job, placed.
+   * `lost`: the lease went meanwhile and the loop must end.
+   */
+  private async take(): Promise<'placed' | 'none' | 'failed' | 'lost'> {
+    const { worker, fairShare } = this.deps;
+    // The fair share puts the next tenant's job in front, unless a held job promoted back
+    // is there: it goes first (holding.ts).
+    if (fairShare) {
+      if (this.deps.holding.held.promoted === undefined) await fairShare.prepareNext();
+      else fairShare.promotedFirst();
+    }
+    const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
+    let job: Job | undefined;
+    this.waitingForMarker = this.lastTakeEmpty;
+    try {
+      job = await worker.getNextJob(token, { block: true });
+    } catch (err) {
+      if (!this.deps.mayTake()) return 'lost';
+      this.deps.log.error({ err, pool: this.deps.pool.name }, 'getNextJob failed');
+      return 'failed';
+    } finally {
+      this.waitingForMarker = false;
+    }
+    this.lastTakeEmpty = job === undefined;
+    if (!job) return 'none';
+    markStage('dispatcher.job');
+    if (!this.deps.mayTake()) {
+      // Lost the lease while blocked: the job goes back untouched for the new leader.
+      await job.moveToWait(token).catch(() => {});
+      return 'lost';
+    }
+    this.place(job, token);
+    return 'placed';
   }
 
   /** Releases a job just taken, or holds it back when the release order says it must wait. */
@@ -206,26 +230,46 @@ export class ReleaseLoop {
    * fetched is placed in the same turn the slot is freed, so the gate never sees it free.
    */
   private async settle(entry: InflightJob, outcome: RunOutcome | undefined): Promise<void> {
-    const { ledger, fairShare, worker, metrics, pool } = this.deps;
-    let next: Job | undefined;
-    if (outcome !== undefined) {
-      const fetchNext = mayHandOver(entry, {
-        engines: this.deps.engines,
-        policy: this.deps.policy,
-        now: this.deps.now(),
-        loopWaiting: this.waitingForMarker,
-        promotedPending: this.deps.holding.held.promoted !== undefined,
-        fairShare: fairShare !== undefined,
-        mayTake: this.deps.mayTake(),
+    const fairShare = this.deps.fairShare;
+    if (outcome === undefined) return this.free(entry, undefined);
+    // With tenants the fair share picks the job the handover fetches: both, and the release
+    // that charges its tenant, run in turn with the loop's takes. The rule is read again in
+    // turn: the takes before may have changed the engines or the queue.
+    if (fairShare && this.mayHandOver(entry))
+      return this.inTurn(async () => {
+        const fetchNext = this.mayHandOver(entry);
+        if (fetchNext) await fairShare.prepareNext();
+        await this.record(entry, outcome, fetchNext);
       });
-      next = await recordOutcome(worker, entry, outcome, fetchNext);
-      // The lease went while BullMQ answered: the job goes back for the next leader, before
-      // the slot is freed, so closing waits for the move (the ledger is not idle yet).
-      if (next && !this.deps.mayTake()) {
-        await next.moveToWait(entry.token).catch(() => {});
-        next = undefined;
-      }
+    return this.record(entry, outcome, this.mayHandOver(entry));
+  }
+
+  private mayHandOver(entry: InflightJob): boolean {
+    return mayHandOver(entry, {
+      engines: this.deps.engines,
+      policy: this.deps.policy,
+      now: this.deps.now(),
+      loopWaiting: this.waitingForMarker,
+      promotedPending: this.deps.holding.held.promoted !== undefined,
+      mayTake: this.deps.mayTake(),
+    });
+  }
+
+  /** Records the outcome in BullMQ, fetching the next job with `fetchNext`, then frees the slot. */
+  private async record(entry: InflightJob, outcome: RunOutcome, fetchNext: boolean) {
+    let next = await recordOutcome(this.deps.worker, entry, outcome, fetchNext);
+    // The lease went while BullMQ answered: the job goes back for the next leader, before
+    // the slot is freed, so closing waits for the move (the ledger is not idle yet).
+    if (next && !this.deps.mayTake()) {
+      await next.moveToWait(entry.token).catch(() => {});
+      next = undefined;
     }
+    this.free(entry, next);
+  }
+
+  /** Frees `entry`'s slot and places the job handed over to it, in the same turn. */
+  private free(entry: InflightJob, next: Job | undefined): void {
+    const { ledger, fairShare, metrics, pool } = this.deps;
     ledger.complete(entry);
     fairShare?.ended(entry.payload);
     if (!next) return;

@@ -31,7 +31,6 @@ function view(engines: EngineSlot[], over: Partial<HandoverView> = {}): Handover
     now: NOW,
     loopWaiting: false,
     promotedPending: false,
-    fairShare: false,
     mayTake: true,
     ...over,
   };
@@ -56,14 +55,9 @@ describe('mayHandOver', () => {
     expect(mayHandOver(ending(a), view([a, b]))).toBe(true);
   });
 
-  it('leaves the next job to the loop, the share or the promoted job when they choose', () => {
+  it('leaves the next job to the loop or the promoted job when they choose', () => {
     const a = engine('a', 4, 4);
-    for (const over of [
-      { loopWaiting: true },
-      { promotedPending: true },
-      { fairShare: true },
-      { mayTake: false },
-    ])
+    for (const over of [{ loopWaiting: true }, { promotedPending: true }, { mayTake: false }])
       expect(mayHandOver(ending(a), view([a], over)), JSON.stringify(over)).toBe(false);
   });
 
