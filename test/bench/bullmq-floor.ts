@@ -26,7 +26,8 @@ export async function bullmqFloor(jobs = 1000): Promise<{ add: number; run: numb
     connection,
     streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
   });
-  const worker = new Worker(name, null, { connection: connection.duplicate(), autorun: false });
+  const workerConnection = connection.duplicate();
+  const worker = new Worker(name, null, { connection: workerConnection, autorun: false });
   try {
     await queue.setGlobalConcurrency(4);
     const opts = { priority: 5, attempts: 1, removeOnComplete: true, removeOnFail: true };
@@ -54,7 +55,9 @@ export async function bullmqFloor(jobs = 1000): Promise<{ add: number; run: numb
   } finally {
     await worker.close();
     await queue.close();
+    // BullMQ leaves connections it was given open.
     connection.disconnect();
+    workerConnection.disconnect();
     await server.stop();
   }
 }

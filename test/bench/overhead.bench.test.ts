@@ -1,7 +1,7 @@
 // Overhead: what Sluice adds to every request. Client -> engine straight, against client ->
 // gateway -> Redis -> dispatcher -> engine -> gateway, on the `instant` simulator (no model
 // latency), so the difference is the broker's own cost on this machine.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,6 +20,7 @@ import {
   type Stack,
   type TestEngineSim,
   type TestRedis,
+  untilReady,
 } from '../support/index.ts';
 import {
   cpuSeconds,
@@ -53,6 +54,8 @@ const REQUESTS = 300;
 const RUNS = 3;
 /** Closed-loop concurrency steps of the sustained-load part, and seconds per step. */
 const CONNECTIONS = [1, 2, 4, 6, 8, 12, 16, 32, 64];
+/** The steps of the two-tenant run. */
+const TENANT_CONNECTIONS = [16, 32];
 const STEP_SECONDS = 3;
 const ADDED_P99_LIMIT_MS = 10;
 /** The throughput goals (issue #14): non-streaming, instant engine, on this 2-core machine. */
@@ -133,14 +136,14 @@ async function alternate(n: number, stream: boolean) {
 }
 
 /** One closed-loop autocannon step: achieved requests/s, latency p99 in ms, failures. */
-function load(url: string, connections: number) {
+function load(url: string, connections: number, bearer?: string) {
   return new Promise<{ rate: number; p99: number; failed: number }>((resolve, reject) => {
     const latencies: number[] = [];
     const run = autocannon(
       {
         url: `${url}/v1/chat/completions`,
         method: 'POST',
-        headers,
+        headers: bearer ? { ...headers, authorization: `Bearer ${bearer}` } : headers,
         body: chat(false),
         connections,
         duration: STEP_SECONDS,
@@ -352,6 +355,58 @@ const BREAKDOWN_REQUESTS = 300;
  * with the stage recorder loaded, requests run one at a time (alternating with direct ones, as
  * above), and every stage's median time after the client's send is tabled.
  */
+/**
+ * The same load in a pool with two tenants (the fair share picks before every take and
+ * handover), each tenant on half the connections: the rate a keyed deployment gets.
+ */
+async function withTenants(figures: Figure[], notes: string[]) {
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-overhead-tenants-'));
+  const keys = ['sk-overhead-alpha', 'sk-overhead-beta'];
+  const config = join(dir, 'sluice.yaml');
+  writeFileSync(
+    config,
+    [
+      'tenants:',
+      ...keys.flatMap((key, i) => [`  - name: t${i}`, `    apiKeys: [${key}]`]),
+      'pools:',
+      '  - name: keyed',
+      '    models: [m]',
+      '    queueDepth: 100000',
+      '    engines:',
+      `      - { url: "${sim.url}", name: e, maxInflight: 64 }`,
+      '',
+    ].join('\n'),
+  );
+  const keyed = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
+  dispatcher = await startDispatcher(keyed);
+  gateway = await startGateway(keyed);
+  try {
+    await untilReady(gateway);
+    await Promise.all(keys.map((key) => load(gateway.url, 4, key)));
+    for (const connections of TENANT_CONNECTIONS) {
+      const steps = await Promise.all(keys.map((key) => load(gateway.url, connections / 2, key)));
+      expect(
+        steps.reduce((n, s) => n + s.failed, 0),
+        'failed requests',
+      ).toBe(0);
+      figures.push({
+        name: `Sluice rate, ${connections} connections, two tenants`,
+        value: round(
+          steps.reduce((n, s) => n + s.rate, 0),
+          0,
+        ),
+        unit: 'req/s',
+      });
+    }
+  } finally {
+    await Promise.all([gateway.stop(), dispatcher.stop()]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  notes.push(
+    `Two tenants: a pool with two API-keyed tenants of equal weight, each on half the connections (${TENANT_CONNECTIONS.join(', ')} in all), ${STEP_SECONDS} s each after a warm-up; the fair share picks before every take and every handover.`,
+  );
+}
+
 async function whereTheTimeGoes(result: ScenarioResult) {
   const ping = await roundTrips(result.figures);
   await Promise.all([gateway.stop(), dispatcher.stop()]);
@@ -453,5 +508,6 @@ it('measures the latency Sluice adds, one request at a time and under sustained 
     notes,
   };
   await whereTheTimeGoes(result);
+  await withTenants(figures, notes);
   writeResult(result);
 });

@@ -100,7 +100,7 @@ export class ReleaseLoop {
   }
 
   private async loop(): Promise<void> {
-    const { metrics, worker, engines, policy, now } = this.deps;
+    const { metrics, engines, policy, now } = this.deps;
     const poolLabel = { pool: this.deps.pool.name };
     // Unknown at the start: the loop ended with the gauge at 0 (a lost lease, a pause, a Redis
     // outage), so a restarted loop sets it on its first turn whatever it finds.
