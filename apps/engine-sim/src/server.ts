@@ -5,6 +5,7 @@ import Fastify, {
   type FastifyReply,
   type FastifyRequest,
 } from 'fastify';
+import { createHash } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import { installApiKey } from './api-key.js';
 import { Engine, type GenerationHandle } from './engine.js';
@@ -26,6 +27,11 @@ export interface ReceivedRequest {
   /** First 500 characters of a string prompt (completions). */
   promptHead: string | null;
   messages: number;
+  /**
+   * SHA-256 (hex) of the prompt as received (`messages` or `prompt`, re-serialized): a test
+   * compares it with the same request sent direct to see that a broker passed every byte.
+   */
+  promptSha256: string;
 }
 
 function summarize(id: string, endpoint: Endpoint, body: unknown): ReceivedRequest {
@@ -47,6 +53,9 @@ function summarize(id: string, endpoint: Endpoint, body: unknown): ReceivedReque
         : null,
     promptHead: typeof prompt === 'string' ? prompt.slice(0, 500) : null,
     messages: messages.length,
+    promptSha256: createHash('sha256')
+      .update(JSON.stringify(b['messages'] ?? b['prompt'] ?? null))
+      .digest('hex'),
   };
 }
 
