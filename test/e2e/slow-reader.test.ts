@@ -3,7 +3,7 @@
 // stall limit cuts it once its socket has not drained for SLUICE_SLOW_CLIENT_STALL_SECONDS.
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { eventually, startGateway, startStack, type Stack } from '../support/index.ts';
+import { eventually, startGateway, startStack, untilReady, type Stack } from '../support/index.ts';
 
 // The answer must be far larger than what the kernel buffers for a loopback connection that
 // nobody reads (tcp_rmem's maximum alone is 32 MiB on some hosts): 600,000 tokens make
@@ -39,6 +39,8 @@ describe('slow reader', () => {
       SLUICE_SLOW_CLIENT_BYTES: String(1024 ** 3),
       SLUICE_SLOW_CLIENT_STALL_SECONDS: '1',
     });
+    // A request before the dispatcher holds the lease would be refused no_leader.
+    await untilReady(gateway);
     const socket = connect(Number(new URL(gateway.url).port), '127.0.0.1');
     try {
       const body = JSON.stringify({
@@ -56,7 +58,14 @@ describe('slow reader', () => {
       await eventually(
         async () => ((await stack.sim.state()).running === 1 ? true : undefined),
         'the stream on the engine',
-      );
+      ).catch(async (err: Error) => {
+        // Whatever answered instead (a refusal is in the gateway's access log) says why.
+        const said = [gateway, stack.dispatcher].flatMap((p) => p.process.output.slice(-10));
+        const engine = JSON.stringify(await stack.sim.state());
+        throw new Error(
+          `${err.message}; the engine: ${engine}; the gateway and dispatcher said:\n${said.join('\n')}`,
+        );
+      });
       await eventually(
         async () => ((await rejected(gateway.url, 'slow_client')) === 1 ? true : undefined),
         'the stalled client to be cut off',
