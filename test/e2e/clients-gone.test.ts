@@ -12,6 +12,7 @@ import {
   type SluiceProcess,
   type Stack,
   type TestEngineSim,
+  untilReady,
 } from '../support/index.ts';
 
 // The answer must be far larger than what the kernel buffers for a loopback connection that
@@ -65,8 +66,17 @@ function chat(
 
 describe('clients that are gone', () => {
   it('cancels a stream whose client stops reading once SLUICE_SLOW_CLIENT_BYTES are buffered, and frees the engine', async () => {
-    const gateway = await startGateway({ ...env, SLUICE_SLOW_CLIENT_BYTES: '1024' });
+    // Its liveness key lives the default 5 s, not the 500 ms the dead-replica test below
+    // needs: on a loaded machine a gateway can miss a 500 ms beat, and the dispatcher would
+    // then skip or cancel its job as a dead replica's.
+    const gateway = await startGateway({
+      ...env,
+      SLUICE_SLOW_CLIENT_BYTES: '1024',
+      SLUICE_REPLICA_TTL_MS: '5000',
+    });
     try {
+      // A request before the dispatcher holds the lease would be refused no_leader.
+      await untilReady(gateway);
       const { port } = new URL(gateway.url);
       const body = JSON.stringify({
         model: 'm',
@@ -89,7 +99,14 @@ describe('clients that are gone', () => {
         'the slow client to be cut off',
         // The simulator must first fill the kernel's buffers (tens of MB): slow on a busy host.
         300_000,
-      );
+      ).catch(async (err: Error) => {
+        // What happened instead (a refusal is in the gateway's access log) says why.
+        const said = [gateway, dispatcher].flatMap((p) => p.process.output.slice(-10));
+        const engine = JSON.stringify(await sim.state());
+        throw new Error(
+          `${err.message}; the engine: ${engine}; the gateway and dispatcher said:\n${said.join('\n')}`,
+        );
+      });
       await eventually(
         async () => ((await sim.state()).running === 0 ? true : undefined),
         'the engine to drop the sequence',
