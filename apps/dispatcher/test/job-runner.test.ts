@@ -50,7 +50,7 @@ beforeAll(async () => {
   bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
   subscriber = createRedis(server.url, { name: 'sub', role: 'subscriber' });
   await Promise.all([redisReady(command), redisReady(bull), redisReady(subscriber)]);
-  // The pool's real queue name: a body carried in the job hash is read from keys.jobKey.
+  // The pool's real queue name: keys.jobKey and keys.jobBody name this queue's keys.
   queue = new Queue(keys.queueName('p'), { connection: bull, prefix: keys.prefix });
   worker = new Worker(keys.queueName('p'), null, {
     connection: bull,

@@ -28,13 +28,18 @@ export interface ReceivedRequest {
   promptHead: string | null;
   messages: number;
   /**
-   * SHA-256 (hex) of the prompt as received (`messages` or `prompt`, re-serialized): a test
+   * SHA-256 (hex) of the prompt as the simulator read it (SimRequest `promptText`): a test
    * compares it with the same request sent direct to see that a broker passed every byte.
    */
   promptSha256: string;
 }
 
-function summarize(id: string, endpoint: Endpoint, body: unknown): ReceivedRequest {
+function summarize(
+  id: string,
+  endpoint: Endpoint,
+  body: unknown,
+  promptText: string,
+): ReceivedRequest {
   const b = body as Record<string, unknown>;
   const messages = Array.isArray(b['messages'])
     ? (b['messages'] as Array<Record<string, unknown>>)
@@ -53,9 +58,7 @@ function summarize(id: string, endpoint: Endpoint, body: unknown): ReceivedReque
         : null,
     promptHead: typeof prompt === 'string' ? prompt.slice(0, 500) : null,
     messages: messages.length,
-    promptSha256: createHash('sha256')
-      .update(JSON.stringify(b['messages'] ?? b['prompt'] ?? null))
-      .digest('hex'),
+    promptSha256: createHash('sha256').update(promptText).digest('hex'),
   };
 }
 
@@ -148,7 +151,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
       const plan = planOutput(req, options);
       const writer = new ResponseWriter(req, created);
       receivedTotal += 1;
-      received.push(summarize(writer.id, endpoint, request.body));
+      received.push(summarize(writer.id, endpoint, request.body, req.promptText));
       if (received.length > 10_000) received.shift();
       const nextText = tokenStream(req.seed);
       const res = reply.hijack().raw;

@@ -1,6 +1,7 @@
 // What a held request needs from its replica: timings, the pool's queue, cancel, metrics,
 // and leaving the reply router when done.
 import type { GatewayMetrics } from '@sluice/observability';
+import type { JobPayload } from '@sluice/protocol';
 import type { RequestEnd, RequestEnded } from './access-log.js';
 import type { HeldRequest, HeldRequestHooks } from './held-request.js';
 import type { PoolQueue } from './pool-queue.js';
@@ -25,8 +26,8 @@ export interface HeldInfo {
   tenant?: string;
   /** The gateway's estimate, counted when the engine reports no usage. */
   promptTokens: number;
-  /** Its body went into a key of its own (JobPayload `bodyInKey`). */
-  bodyInKey?: boolean;
+  /** Its body went into a key of its own. */
+  bodyInKey?: JobPayload['bodyInKey'];
 }
 
 export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo): HeldRequestHooks {

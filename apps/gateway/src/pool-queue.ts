@@ -99,6 +99,7 @@ export class PoolQueue {
     rawBody?: Buffer,
   ): Promise<AddRefusal | undefined> {
     const priority = bullPriority(payload.priority, this.maxPriority, level);
+    const tenantKey = tenant && this.keys.tenantQueued(this.pool.name, tenant.name);
     const keys = [
       this.waitKey,
       this.prioritizedKey,
@@ -106,7 +107,7 @@ export class PoolQueue {
       this.controlKey,
       this.keys.jobBody(this.pool.name, jobId),
     ];
-    if (tenant) keys.push(this.keys.tenantQueued(this.pool.name, tenant.name));
+    if (tenantKey) keys.push(tenantKey);
     const args: Array<string | number | Buffer> = [
       this.pool.queueDepth,
       tenant?.maxQueued ?? 0,
@@ -140,7 +141,7 @@ export class PoolQueue {
     } catch (err) {
       // The script may have run, or stopped part way: take the job back if it is still queued.
       await this.queue.remove(jobId).catch(() => 0);
-      if (tenant) await this.redis.zrem(keys[5]!, jobId).catch(() => 0);
+      if (tenantKey) await this.redis.zrem(tenantKey, jobId).catch(() => 0);
       throw err;
     }
     if (queued < 0) {
@@ -164,7 +165,7 @@ export class PoolQueue {
    */
   async removeQueued(
     jobId: string,
-    of: { tenant?: string; bodyInKey?: boolean } = {},
+    of: Pick<JobPayload, 'tenant' | 'bodyInKey'> = {},
   ): Promise<QueuedRemoval> {
     if ((await this.redis.exists(this.jobKey(jobId))) === 0) return 'missing';
     const removed = await withTimeout(this.queue.remove(jobId), `remove job ${jobId}`);

@@ -282,11 +282,7 @@ async function addWithin(
     clearTimeout(timer);
     if (gaveUp)
       void added.then(
-        (refused) =>
-          refused === undefined &&
-          pool
-            .removeQueued(jobId, { tenant: tenant?.name, bodyInKey: payload.bodyInKey })
-            .catch(() => false),
+        (refused) => refused === undefined && pool.removeQueued(jobId, payload).catch(() => false),
         () => undefined,
       );
   }
