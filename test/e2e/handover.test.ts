@@ -159,5 +159,11 @@ describe('slot handover with tenants', () => {
     expect(await metricSum(leader.url, 'sluice_fair_share_picks_total')).toBeGreaterThanOrEqual(
       (await metricSum(leader.url, 'sluice_handovers_total'))!,
     );
+    // Picks used the reading sent ahead of the take before them, in the same script as its move.
+    const text = await (await fetch(`${leader.url}/metrics`)).text();
+    const ahead = /^sluice_fair_share_readings_total\{[^}]*source="ahead"[^}]*\} (\S+)$/m.exec(
+      text,
+    );
+    expect(Number(ahead?.[1] ?? 0)).toBeGreaterThan(0);
   });
 });

@@ -4,13 +4,23 @@
 // at release, output tokens as they stream. The counters live in this process and are
 // written to Redis (keys.fairShare) every second and at a handover, with who was waiting,
 // so the next leader goes on from them (docs/broker.md, "Tenants and fair share").
+//
+// Each pick sends the move and the reading for the next pick ahead of the take, on BullMQ's
+// connection (tenant-queues.ts): once the take answered, the next pick needs no read of its
+// own unless the take got another job than the reading's next (`taken`).
 import { VirtualTokenCounter, type FairShareState } from '@sluice/admission';
 import type { TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
-import { TenantQueues, type TenantQueue } from './tenant-queues.js';
+import {
+  afterTake,
+  TenantQueues,
+  type MoveAndReading,
+  type TenantQueue,
+  type TenantQueuesReading,
+} from './tenant-queues.js';
 import { limitedWarn, type LimitedWarn } from './warn-limit.js';
 
 // Beside the counters in the same hash: who was waiting at the last pick, and who was picked,
@@ -24,6 +34,8 @@ export interface FairShareDeps {
   keys: KeySpace;
   /** Command connection. */
   redis: Redis;
+  /** BullMQ's connection, shared by the pool's Queue and Worker: the takes run on it. */
+  bull: Redis;
   queue: Queue;
   metrics: DispatcherMetrics;
   log: { warn(o: object, m: string): void };
@@ -46,12 +58,16 @@ export class FairShare {
   private queued = new Map<string, number>();
   private dirty = false;
   private readonly warn: LimitedWarn;
+  /** The reading sent with the last pick, ahead of its take, until the next pick uses it. */
+  private ahead: Promise<MoveAndReading> | undefined;
+  /** The queues as the last take left them, when its reading could tell. */
+  private afterLastTake: Promise<TenantQueuesReading | undefined> | undefined;
 
   constructor(private readonly deps: FairShareDeps) {
     const names = deps.tenants.map((t) => t.name);
     this.weights = new Map(deps.tenants.map((t) => [t.name, t.weight]));
     this.counter = new VirtualTokenCounter({ weights: this.weights });
-    this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.queue);
+    this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.bull, deps.queue);
     this.warn = limitedWarn(deps.log);
   }
 
@@ -98,13 +114,15 @@ export class FairShare {
 
   /**
    * Puts the next job of the tenant the fair share picks at the front of the queue, when
-   * that is not the job BullMQ would take anyway. Failures leave the queue's own order.
+   * that is not the job BullMQ would take anyway, and sends the reading for the next pick
+   * behind the move. The take must be called right after this resolves, and `taken` once it
+   * answered. Failures leave the queue's own order.
    */
   async prepareNext(): Promise<void> {
     const { metrics, pool } = this.deps;
-    let reading;
+    let reading: TenantQueuesReading;
     try {
-      reading = await this.queues.read();
+      reading = await this.lastReading();
     } catch (err) {
       // The take goes on in the queue's own order: one release not in fair order.
       metrics.fairSharePicks.inc({ pool, outcome: 'read_failed' });
@@ -115,21 +133,42 @@ export class FairShare {
     const waiting = reading.tenants.filter((t) => t.head !== undefined);
     const chosen = this.counter.pick(waiting.map((t) => t.tenant));
     const head = waiting.find((t) => t.tenant === chosen)?.head;
-    if (head === undefined || head === reading.next) {
+    const move = head !== undefined && head !== reading.next ? head : undefined;
+    // Sent now, before the caller's take: nothing may be awaited between this and the take.
+    const ahead = this.queues.moveAndRead(move);
+    this.ahead = ahead;
+    if (move === undefined) {
       metrics.fairSharePicks.inc({ pool, outcome: head === undefined ? 'none' : 'in_order' });
       return;
     }
-    try {
-      await this.queues.moveToFront(head);
-      metrics.fairSharePicks.inc({ pool, outcome: 'moved' });
-    } catch {
-      // Gone meanwhile (its client left): the take gets the queue's own next job.
-      metrics.fairSharePicks.inc({ pool, outcome: 'move_failed' });
-    }
+    // Gone meanwhile (its client left): the take gets the queue's own next job.
+    void ahead.then(
+      ({ moved }) => metrics.fairSharePicks.inc({ pool, outcome: moved ? 'moved' : 'move_failed' }),
+      () => metrics.fairSharePicks.inc({ pool, outcome: 'move_failed' }),
+    );
+  }
+
+  /**
+   * The take after `prepareNext` answered: `jobId` is the job it got (undefined: none, or it
+   * failed); `waited` when it waited for BullMQ's marker, so the reading sent ahead of it is
+   * older than what it took. The next pick uses that reading when the take got its next job.
+   */
+  taken(jobId: string | undefined, waited: boolean): void {
+    const ahead = this.ahead;
+    this.ahead = undefined;
+    this.afterLastTake =
+      ahead && jobId !== undefined && !waited
+        ? ahead.then(
+            ({ reading }) => afterTake(reading, jobId),
+            () => undefined,
+          )
+        : undefined;
   }
 
   /** This take is a promoted held job's, at the queue's front (holding.ts): no pick. */
   promotedFirst(): void {
+    this.ahead = undefined;
+    this.afterLastTake = undefined;
     this.deps.metrics.fairSharePicks.inc({ pool: this.deps.pool, outcome: 'promoted' });
   }
 
@@ -190,6 +229,19 @@ export class FairShare {
     } catch {
       // The next take or tick reads again.
     }
+  }
+
+  /** The queues as the last take left them, else a reading of its own (one round trip). */
+  private async lastReading(): Promise<TenantQueuesReading> {
+    const { metrics, pool } = this.deps;
+    const known = await this.afterLastTake;
+    this.afterLastTake = undefined;
+    if (known) {
+      metrics.fairShareReadings.inc({ pool, source: 'ahead' });
+      return known;
+    }
+    metrics.fairShareReadings.inc({ pool, source: 'own' });
+    return this.queues.read();
   }
 
   /** The pick's memory as the last leader wrote it; undefined when absent (an older leader). */

@@ -172,6 +172,7 @@ export class PoolDispatcher {
             tenants: deps.tenants,
             keys,
             redis: deps.redis,
+            bull: deps.bullConnection,
             queue: this.queue,
             metrics,
             log,

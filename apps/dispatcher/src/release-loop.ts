@@ -149,7 +149,7 @@ export class ReleaseLoop {
     }
     const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
     let job: Job | undefined;
-    this.waitingForMarker = this.lastTakeEmpty;
+    const waited = (this.waitingForMarker = this.lastTakeEmpty);
     try {
       job = await worker.getNextJob(token, { block: true });
     } catch (err) {
@@ -158,6 +158,7 @@ export class ReleaseLoop {
       return 'failed';
     } finally {
       this.waitingForMarker = false;
+      fairShare?.taken(job?.id, waited);
     }
     this.lastTakeEmpty = job === undefined;
     if (!job) return 'none';
@@ -258,6 +259,7 @@ export class ReleaseLoop {
   /** Records the outcome in BullMQ, fetching the next job with `fetchNext`, then frees the slot. */
   private async record(entry: InflightJob, outcome: RunOutcome, fetchNext: boolean) {
     let next = await recordOutcome(this.deps.worker, entry, outcome, fetchNext);
+    if (fetchNext) this.deps.fairShare?.taken(next?.id, false);
     // The lease went while BullMQ answered: the job goes back for the next leader, before
     // the slot is freed, so closing waits for the move (the ledger is not idle yet).
     if (next && !this.deps.mayTake()) {

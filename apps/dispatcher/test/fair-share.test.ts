@@ -12,6 +12,7 @@ import { FairShare } from '../src/fair-share.ts';
 
 let fixture: QueueFixture;
 let redis: Redis;
+let bull: Redis;
 let queue: Queue;
 let worker: Worker;
 const keys = keySpace('fair-test');
@@ -23,7 +24,7 @@ const silent = { warn: () => {} };
 
 beforeAll(async () => {
   fixture = await startQueueFixture('fair-test');
-  ({ redis, queue, worker } = fixture);
+  ({ redis, bull, queue, worker } = fixture);
 });
 beforeEach(() => redis.flushall());
 afterAll(() => fixture.close());
@@ -35,6 +36,7 @@ const fairShare = () =>
     tenants,
     keys,
     redis,
+    bull,
     queue,
     metrics: dispatcherMetrics((registry = new Registry())),
     log: silent,
@@ -64,10 +66,17 @@ async function add(tenant: string, id: string): Promise<void> {
   await redis.zadd(keys.tenantQueued('p', tenant), 1, id);
 }
 
+/** `sluice_fair_share_readings_total` of the last FairShare made, by source. */
+async function readings(): Promise<Record<string, number>> {
+  const metric = await registry.getSingleMetric('sluice_fair_share_readings_total')!.get();
+  return Object.fromEntries(metric.values.map((v) => [String(v.labels['source']), v.value]));
+}
+
 /** Prepares and takes the next job as the release loop does, then releases it. */
 async function releaseNext(fair: FairShare, n: number): Promise<string> {
   await fair.prepareNext();
   const job = await worker.getNextJob(`tok${n}`, { block: false });
+  fair.taken(job?.id, false);
   expect(job).toBeDefined();
   fair.released(job!.id!, job!.data as JobPayload);
   return `${(job!.data as JobPayload).tenant}:${job!.id}`;
@@ -82,21 +91,46 @@ describe('fair share (leader side)', () => {
     for (let i = 0; i < 2; i += 1) await add('beta', `b${i}`);
     for (let i = 2; i < 8; i += 1) order.push(await releaseNext(fair, i));
     // First come, first served would be a0..a5 then b0, b1. Beta starts at alpha's counter
-    // (idle time is not banked), and a tie goes to the tenant configured first.
+    // (idle time is not banked), and a tie goes to the tenant configured first. Each pick uses
+    // the reading sent with the take before it, so beta, which arrived between two takes, is
+    // first seen by the pick after next (a3's take was the first to carry a reading with it).
     expect(order).toEqual([
       'alpha:a0',
       'alpha:a1',
       'alpha:a2',
-      'beta:b0',
       'alpha:a3',
-      'beta:b1',
+      'beta:b0',
       'alpha:a4',
+      'beta:b1',
       'alpha:a5',
     ]);
     expect(await redis.zcard(keys.tenantQueued('p', 'alpha'))).toBe(0);
     expect(await redis.zcard(keys.tenantQueued('p', 'beta'))).toBe(0);
     // Beta's two went to the front; every other pick was the queue's own next job.
     expect(await picks()).toEqual({ in_order: 6, moved: 2 });
+    // Only the first pick read on its own: every take got the job its reading said was next.
+    expect(await readings()).toEqual({ own: 1, ahead: 7 });
+  });
+
+  it('reads on its own after a take that waited, got another job, or took a promoted one', async () => {
+    for (let i = 0; i < 5; i += 1) await add('alpha', `a${i}`);
+    const fair = fairShare();
+    await fair.load();
+    expect(await releaseNext(fair, 0)).toBe('alpha:a0');
+    // A take that waited for BullMQ's marker: its reading may predate what it took.
+    await fair.prepareNext();
+    const waited = await worker.getNextJob('tok1', { block: false });
+    fair.taken(waited!.id, true);
+    fair.released(waited!.id!, waited!.data as JobPayload);
+    expect(await releaseNext(fair, 2)).toBe('alpha:a2');
+    // A take that got another job than the reading's next.
+    await fair.prepareNext();
+    fair.taken('someone-else', false);
+    expect(await releaseNext(fair, 3)).toBe('alpha:a3');
+    // A promoted held job's take: no pick, and the reading ahead is dropped.
+    fair.promotedFirst();
+    expect(await releaseNext(fair, 4)).toBe('alpha:a4');
+    expect(await readings()).toEqual({ own: 4, ahead: 2 });
   });
 
   it('charges output as it streams, and hands its counters to the next leader', async () => {

@@ -10,6 +10,8 @@ export interface QueueFixture {
   server: TestRedis;
   /** Command connection. */
   redis: Redis;
+  /** BullMQ's connection, shared by the queue and the worker. */
+  bull: Redis;
   queue: Queue;
   worker: Worker;
   close(): Promise<void>;
@@ -31,6 +33,7 @@ export async function startQueueFixture(prefix: string, pool = 'p'): Promise<Que
     keys,
     server,
     redis,
+    bull,
     queue,
     worker,
     async close() {

@@ -191,6 +191,12 @@ export function dispatcherMetrics(registry: Registry) {
       labelNames: ['pool', 'outcome'],
       registers,
     }),
+    fairShareReadings: new Counter({
+      name: 'sluice_fair_share_readings_total',
+      help: "Where each fair-share pick's view of the tenants' queues came from: ahead (read in the same script as the move before the last take, so the pick cost no round trip of its own) or own (a read of its own: the first pick, after a take that waited or got another job than expected, after a promoted job).",
+      labelNames: ['pool', 'source'],
+      registers,
+    }),
     tenantVirtualTokens: new Gauge({
       name: 'sluice_tenant_virtual_tokens',
       help: "A tenant's fair-share counter (weighted service, VTC): the tenant with work and the least goes next.",
