@@ -3,7 +3,7 @@
 import type { EngineConfig } from '@sluice/config';
 import { markStage } from '@sluice/observability';
 import type { CompletionPath, EndInfo } from '@sluice/protocol';
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import { CancelledError } from './cancels.js';
 import type { ReplyRelay } from './relay.js';
 
@@ -23,6 +23,11 @@ export interface ResponseWatch {
 }
 
 export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
+
+/** The abort's reason as an Error (undici requires one). */
+function abortReason(signal: AbortSignal): Error {
+  return signal.reason instanceof Error ? signal.reason : new Error('aborted');
+}
 
 export class EngineClient {
   private readonly pool: Pool;
@@ -51,59 +56,92 @@ export class EngineClient {
    * Sends `body` to the engine and relays the answer; never throws. `watch.firstByte` runs
    * once, at the first chunk of the response body (for a stream: the first token);
    * `watch.data` sees every chunk as it is relayed.
+   *
+   * Dispatched with a handler of its own rather than `request()`: each chunk goes from
+   * undici's parser straight to the relay, without a Readable, an async iterator and a promise
+   * per chunk on the per-token path.
    */
-  async call(
+  call(
     path: CompletionPath,
     body: string | Buffer,
     relay: ReplyRelay,
     signal: AbortSignal,
     watch: ResponseWatch = {},
   ): Promise<CallOutcome> {
-    let headSent = false;
-    try {
+    return new Promise((resolve) => {
+      let status = 0;
+      let first = watch.firstByte;
+      let controller: Dispatcher.DispatchController | undefined;
+      const onAbort = () => controller?.abort(abortReason(signal));
+      const settle = (outcome: CallOutcome) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(outcome);
+      };
+      const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, signal));
+      if (signal.aborted) return fail(abortReason(signal));
+      signal.addEventListener('abort', onAbort, { once: true });
       const headers: Record<string, string> = { 'content-type': 'application/json' };
       if (this.authorization) headers['authorization'] = this.authorization;
-      const response = await this.pool.request({ path, method: 'POST', headers, body, signal });
-      markStage('dispatcher.engine-head');
-      const contentType = String(response.headers['content-type'] ?? 'application/json');
-      relay.head({ status: response.statusCode, contentType });
-      headSent = true;
-      let first = watch.firstByte;
-      const data = watch.data;
-      for await (const chunk of response.body) {
-        if (first) {
-          first();
-          first = undefined;
-        }
-        relay.data(chunk as Buffer);
-        data?.(chunk as Buffer);
+      const handler: Dispatcher.DispatchHandler = {
+        onRequestStart(c) {
+          controller = c;
+          // Aborted while the request waited for a connection.
+          if (signal.aborted) c.abort(abortReason(signal));
+        },
+        onResponseStart(_c, statusCode, responseHeaders) {
+          if (statusCode < 200) return; // 1xx: informational, the real head follows
+          markStage('dispatcher.engine-head');
+          status = statusCode;
+          const contentType = String(responseHeaders['content-type'] ?? 'application/json');
+          relay.head({ status, contentType });
+        },
+        onResponseData(_c, chunk) {
+          if (first) {
+            first();
+            first = undefined;
+          }
+          relay.data(chunk);
+          watch.data?.(chunk);
+        },
+        onResponseEnd() {
+          markStage('dispatcher.engine-end');
+          relay.end(watch.end?.());
+          settle(status < 500 ? 'ok' : 'engine_error');
+        },
+        onResponseError(_c, err) {
+          fail(err);
+        },
+      };
+      try {
+        this.pool.dispatch({ path, method: 'POST', headers, body }, handler);
+      } catch (err) {
+        fail(err);
       }
-      markStage('dispatcher.engine-end');
-      relay.end(watch.end?.());
-      return response.statusCode < 500 ? 'ok' : 'engine_error';
-    } catch (err) {
-      if (signal.aborted) {
-        const why = signal.reason instanceof CancelledError ? signal.reason : undefined;
-        relay.error({
-          code: why?.frameCode ?? 'cancelled',
-          message: `request cancelled: ${why?.message ?? 'cancelled'}`,
-        });
-        return 'cancelled';
-      }
-      const message = err instanceof Error ? err.message : String(err);
-      relay.error(
-        headSent
-          ? {
-              code: 'engine_error',
-              message: `engine ${this.name} failed mid-response: ${message}`,
-            }
-          : {
-              code: 'engine_unreachable',
-              message: `engine ${this.name} unreachable: ${message}`,
-            },
-      );
-      return headSent ? 'engine_error' : 'engine_unreachable';
+    });
+  }
+
+  /** Ends a call that failed: the frame says whether it was cancelled, unreachable or broke off. */
+  private failed(
+    err: unknown,
+    headSent: boolean,
+    relay: ReplyRelay,
+    signal: AbortSignal,
+  ): CallOutcome {
+    if (signal.aborted) {
+      const why = signal.reason instanceof CancelledError ? signal.reason : undefined;
+      relay.error({
+        code: why?.frameCode ?? 'cancelled',
+        message: `request cancelled: ${why?.message ?? 'cancelled'}`,
+      });
+      return 'cancelled';
     }
+    const message = err instanceof Error ? err.message : String(err);
+    relay.error(
+      headSent
+        ? { code: 'engine_error', message: `engine ${this.name} failed mid-response: ${message}` }
+        : { code: 'engine_unreachable', message: `engine ${this.name} unreachable: ${message}` },
+    );
+    return headSent ? 'engine_error' : 'engine_unreachable';
   }
 
   close(): Promise<void> {
