@@ -33,3 +33,4 @@ export {
   type TestAclRedis,
 } from './acl.ts';
 export { askNode, type RedisNode } from './redis-node.ts';
+export { jsonLines } from './json-lines.ts';

@@ -1,8 +1,8 @@
 // The access log and response metrics on a real Fastify logger (pino, writing to a stream the
 // test reads) and a real prom-client registry; the request id on an injected request.
-import { Writable } from 'node:stream';
 import { gatewayMetrics, loggerOptions, Registry } from '@sluice/observability';
 import { refusal } from '@sluice/protocol';
+import { jsonLines } from '@sluice/test/support';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -28,14 +28,7 @@ afterEach(async () => {
 
 /** A Fastify instance whose log lines land in `lines`, with the gateway's logger options. */
 function logged() {
-  const lines: Record<string, unknown>[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString().split('\n').filter(Boolean))
-        lines.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { stream, lines } = jsonLines();
   app = Fastify({ logger: { ...loggerOptions('info', 'gateway'), stream } });
   return { app, lines };
 }

@@ -1,19 +1,12 @@
 // The logger options on a real pino writing to a stream the test reads: every listed place a
 // credential or a body can sit is removed, and fields beside them are kept.
-import { Writable } from 'node:stream';
+import { jsonLines } from '@sluice/test/support';
 import { pino } from 'pino';
 import { describe, expect, it } from 'vitest';
 import { loggerOptions, REDACTED_PATHS } from '../src/logger.ts';
 
 function logger() {
-  const lines: Record<string, unknown>[] = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString().split('\n').filter(Boolean))
-        lines.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
+  const { stream, lines } = jsonLines();
   return { log: pino(loggerOptions('info', 'test'), stream), lines };
 }
 
