@@ -137,6 +137,8 @@ export class FairShare {
     // Sent now, before the caller's take: nothing may be awaited between this and the take.
     const ahead = this.queues.moveAndRead(move);
     this.ahead = ahead;
+    // A failed reading costs the next pick only a read of its own (`taken`).
+    ahead.catch(() => {});
     if (move === undefined) {
       metrics.fairSharePicks.inc({ pool, outcome: head === undefined ? 'none' : 'in_order' });
       return;
