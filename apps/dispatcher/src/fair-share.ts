@@ -74,6 +74,9 @@ export class FairShare {
   /** Takes over the counters the previous leader wrote; keeps its own when Redis cannot say. */
   async load(): Promise<void> {
     const { redis, keys, pool, log } = this.deps;
+    // A reading from before this lease (another leader may have run meanwhile) is not used.
+    this.ahead = undefined;
+    this.afterLastTake = undefined;
     try {
       const stored = await redis.hgetall(keys.fairShare(pool));
       const counters: Record<string, number> = {};
