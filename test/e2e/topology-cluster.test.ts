@@ -12,6 +12,7 @@ import {
   askNode,
   chat,
   eventually,
+  metricSum,
   queuedJobs,
   readAll,
   startCluster,
@@ -250,6 +251,7 @@ describe('two pools on a cluster', () => {
   // `{pool-chat}` hashes to slot 3499 (the first master's range), `{pool-code}` to 13790 (the
   // third's): the hash tags differ, so the pools land on different masters.
   const pools = ['chat', 'code'] as const;
+  const TENANT_KEYS = { alpha: 'sk-cluster-alpha', beta: 'sk-cluster-beta' };
   let sims: TestEngineSim[] = [];
   let dispatcher: SluiceProcess;
   let gateway: SluiceProcess;
@@ -264,6 +266,13 @@ describe('two pools on a cluster', () => {
     writeFileSync(
       config,
       [
+        // Keyed tenants: the fair share's scripts run on the cluster too (its reading goes
+        // ahead of each take on BullMQ's connection, its tenant sets carry the pool's tag).
+        'tenants:',
+        ...Object.entries(TENANT_KEYS).flatMap(([name, key]) => [
+          `  - name: ${name}`,
+          `    apiKeys: [${key}]`,
+        ]),
         'pools:',
         ...pools.flatMap((name, i) => [
           `  - name: ${name}`,
@@ -294,7 +303,7 @@ describe('two pools on a cluster', () => {
     return perNode.flat();
   }
 
-  it('serves each pool, and keeps every key of a pool in the one slot of its hash tag', async () => {
+  it('serves each pool to two tenants, and keeps every key of a pool in the one slot of its hash tag', async () => {
     // Ready: Redis answers and each pool has a leader (the lease may take a moment on a cluster).
     // Should it time out, the last answer and both processes' last lines say which pool
     // lacked a leader and why.
@@ -309,15 +318,32 @@ describe('two pools on a cluster', () => {
         `${err.message}; last /readyz: ${lastReadyz}\ndispatcher:\n${tail(dispatcher)}\ngateway:\n${tail(gateway)}`,
       );
     });
-    for (const model of pools) {
-      const res = await fetch(`${gateway.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 }),
-      });
-      expect(res.status).toBe(200);
-      expect(await readAll(res)).toContain('"choices"');
+    // Both tenants on both pools, at once: with a cap of 1 the fair share picks between them.
+    const answers = await Promise.all(
+      pools.flatMap((model) =>
+        Object.values(TENANT_KEYS).flatMap((key) =>
+          Array.from({ length: 3 }, () =>
+            fetch(`${gateway.url}/v1/chat/completions`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+              body: JSON.stringify({
+                model,
+                messages: [{ role: 'user', content: 'hi' }],
+                max_tokens: 3,
+              }),
+            }).then(async (res) => ({ status: res.status, body: await readAll(res) })),
+          ),
+        ),
+      ),
+    );
+    for (const a of answers) {
+      expect(a.status, a.body).toBe(200);
+      expect(a.body).toContain('"choices"');
     }
+    // The fair share picked before the takes, its reading script answering on the cluster.
+    expect(await metricSum(dispatcher.url, 'sluice_fair_share_picks_total')).toBeGreaterThan(0);
+    const metrics = await (await fetch(`${dispatcher.url}/metrics`)).text();
+    expect(metrics).not.toMatch(/sluice_fair_share_picks_total\{[^}]*outcome="read_failed"/);
     const slots: number[] = [];
     for (const pool of pools) {
       const tag = `{pool-${pool}}`;
