@@ -72,8 +72,12 @@ export class EngineClient {
       let status = 0;
       let first = watch.firstByte;
       let controller: Dispatcher.DispatchController | undefined;
+      // Once settled (ended, failed or cancelled, maybe from inside a watcher), nothing more
+      // reaches the relay: an error frame is always the last.
+      let settled = false;
       const onAbort = () => controller?.abort(abortReason(signal));
       const settle = (outcome: CallOutcome) => {
+        settled = true;
         signal.removeEventListener('abort', onAbort);
         resolve(outcome);
       };
@@ -100,16 +104,18 @@ export class EngineClient {
             first();
             first = undefined;
           }
+          if (settled) return;
           relay.data(chunk);
           watch.data?.(chunk);
         },
         onResponseEnd() {
+          if (settled) return;
           markStage('dispatcher.engine-end');
           relay.end(watch.end?.());
           settle(status < 500 ? 'ok' : 'engine_error');
         },
         onResponseError(_c, err) {
-          fail(err);
+          if (!settled) fail(err);
         },
       };
       try {

@@ -1,0 +1,169 @@
+// The engine call against the real engine simulator (its faults switched on at run time): what
+// reaches the relay, in which order, and the outcome, for an answer, a 500, a stream cut off
+// mid-body, an engine nobody listens on, and a cancel before and during the call. The relay
+// here records its calls; its own frames and Redis are pinned in relay.test.ts.
+import type { EngineConfig } from '@sluice/config';
+import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
+import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { CancelledError } from '../src/cancels.ts';
+import { EngineClient } from '../src/engine-call.ts';
+import type { ReplyRelay } from '../src/relay.ts';
+
+let sim: TestEngineSim;
+const clients: EngineClient[] = [];
+
+beforeAll(async () => {
+  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
+});
+afterEach(async () => {
+  await sim.setFaults({ errorRate: 0, dropStreamAfterTokens: null });
+  await Promise.all(clients.splice(0).map((c) => c.close()));
+});
+afterAll(() => sim?.stop());
+
+type Call =
+  | { kind: 'head'; info: HeadInfo }
+  | { kind: 'data'; text: string }
+  | { kind: 'end'; info: EndInfo | undefined }
+  | { kind: 'error'; info: ErrorInfo };
+
+/** A relay that keeps what it was given, in order. */
+function recordingRelay() {
+  const calls: Call[] = [];
+  const relay = {
+    head: (info: HeadInfo) => calls.push({ kind: 'head', info }),
+    data: (chunk: Buffer) => calls.push({ kind: 'data', text: chunk.toString() }),
+    end: (info?: EndInfo) => calls.push({ kind: 'end', info }),
+    error: (info: ErrorInfo) => calls.push({ kind: 'error', info }),
+  };
+  return { relay: relay as unknown as ReplyRelay, calls };
+}
+
+function client(url = sim.url): EngineClient {
+  const config: EngineConfig = { name: 'e', url, maxInflight: 4, lane: 'any' };
+  const c = new EngineClient(config, { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 });
+  clients.push(c);
+  return c;
+}
+
+const body = (stream: boolean, maxTokens = 6) =>
+  JSON.stringify({
+    model: 'm',
+    messages: [{ role: 'user', content: 'hello' }],
+    max_tokens: maxTokens,
+    stream,
+  });
+
+describe('engine call', () => {
+  it('relays the head, every chunk in order and the end; watches the first byte once', async () => {
+    const { relay, calls } = recordingRelay();
+    let firstBytes = 0;
+    const seen: string[] = [];
+    const outcome = await client().call(
+      '/v1/chat/completions',
+      body(true),
+      relay,
+      new AbortController().signal,
+      {
+        firstByte: () => (firstBytes += 1),
+        data: (chunk) => seen.push(chunk.toString()),
+        end: () => ({ completionTokens: 6 }),
+      },
+    );
+    expect(outcome).toBe('ok');
+    expect(firstBytes).toBe(1);
+    expect(calls[0]).toEqual({
+      kind: 'head',
+      info: { status: 200, contentType: expect.stringContaining('text/event-stream') },
+    });
+    expect(calls.at(-1)).toEqual({ kind: 'end', info: { completionTokens: 6 } });
+    const data = calls.filter((c) => c.kind === 'data').map((c) => c.text);
+    expect(data).toEqual(seen);
+    const text = data.join('');
+    expect(text.startsWith('data: ')).toBe(true);
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+  });
+
+  it("relays an engine's 500 as its answer, and calls the outcome engine_error", async () => {
+    await sim.setFaults({ errorRate: 1 });
+    const { relay, calls } = recordingRelay();
+    const outcome = await client().call(
+      '/v1/chat/completions',
+      body(false),
+      relay,
+      new AbortController().signal,
+    );
+    expect(outcome).toBe('engine_error');
+    expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 500 } });
+    expect(calls.at(-1)).toMatchObject({ kind: 'end' });
+    expect(calls.some((c) => c.kind === 'error')).toBe(false);
+  });
+
+  it('ends a stream the engine cut off mid-body with an engine_error frame', async () => {
+    await sim.setFaults({ dropStreamAfterTokens: 2 });
+    const { relay, calls } = recordingRelay();
+    const outcome = await client().call(
+      '/v1/chat/completions',
+      body(true, 20),
+      relay,
+      new AbortController().signal,
+    );
+    expect(outcome).toBe('engine_error');
+    expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 200 } });
+    const last = calls.at(-1)!;
+    expect(last).toMatchObject({ kind: 'error', info: { code: 'engine_error' } });
+    expect((last as { info: ErrorInfo }).info.message).toMatch(/^engine e failed mid-response: /);
+    expect(calls.some((c) => c.kind === 'end')).toBe(false);
+  });
+
+  it('answers engine_unreachable, with no head, when nobody listens', async () => {
+    const { relay, calls } = recordingRelay();
+    const port = await freePort();
+    const outcome = await client(`http://127.0.0.1:${port}`).call(
+      '/v1/chat/completions',
+      body(false),
+      relay,
+      new AbortController().signal,
+    );
+    expect(outcome).toBe('engine_unreachable');
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatchObject({ kind: 'error', info: { code: 'engine_unreachable' } });
+    expect((calls[0] as { info: ErrorInfo }).info.message).toMatch(/^engine e unreachable: /);
+  });
+
+  it('cancels before the call without reaching the engine, and during it with the reason given', async () => {
+    const before = (await sim.state()).peakRequests;
+    const early = new AbortController();
+    early.abort(new CancelledError('client went away'));
+    const first = recordingRelay();
+    expect(await client().call('/v1/chat/completions', body(true), first.relay, early.signal)).toBe(
+      'cancelled',
+    );
+    expect(first.calls).toEqual([
+      {
+        kind: 'error',
+        info: { code: 'cancelled', message: 'request cancelled: client went away' },
+      },
+    ]);
+    expect((await sim.state()).peakRequests).toBe(before);
+
+    const during = new AbortController();
+    const second = recordingRelay();
+    const outcome = await client().call(
+      '/v1/chat/completions',
+      body(true, 50),
+      second.relay,
+      during.signal,
+      {
+        firstByte: () => during.abort(new CancelledError('its lock was lost', 'dispatcher_lost')),
+      },
+    );
+    expect(outcome).toBe('cancelled');
+    expect(second.calls[0]).toMatchObject({ kind: 'head', info: { status: 200 } });
+    expect(second.calls.at(-1)).toEqual({
+      kind: 'error',
+      info: { code: 'dispatcher_lost', message: 'request cancelled: its lock was lost' },
+    });
+  });
+});
