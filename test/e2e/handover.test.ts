@@ -15,6 +15,7 @@ import {
   startEngineSim,
   startGateway,
   startRedis,
+  tenantPoolYaml,
   startStack,
   untilReady,
   type SluiceProcess,
@@ -118,20 +119,7 @@ describe('slot handover with tenants', () => {
     const config = join(dir, 'sluice.yaml');
     writeFileSync(
       config,
-      [
-        'tenants:',
-        '  - name: alpha',
-        `    apiKeys: [${KEYS.alpha}]`,
-        '  - name: beta',
-        `    apiKeys: [${KEYS.beta}]`,
-        'pools:',
-        '  - name: main',
-        '    models: [m]',
-        '    queueDepth: 1000',
-        '    engines:',
-        `      - { url: "${sim.url}", name: e, maxInflight: 4 }`,
-        '',
-      ].join('\n'),
+      tenantPoolYaml({ tenants: KEYS, engineUrl: sim.url, maxInflight: 4, queueDepth: 1000 }),
     );
     const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
     // The first dispatcher leads once a gateway sees a leader; the second stands by.
@@ -160,10 +148,8 @@ describe('slot handover with tenants', () => {
       (await metricSum(leader.url, 'sluice_handovers_total'))!,
     );
     // Picks used the reading sent ahead of the take before them, in the same script as its move.
-    const text = await (await fetch(`${leader.url}/metrics`)).text();
-    const ahead = /^sluice_fair_share_readings_total\{[^}]*source="ahead"[^}]*\} (\S+)$/m.exec(
-      text,
-    );
-    expect(Number(ahead?.[1] ?? 0)).toBeGreaterThan(0);
+    expect(
+      await metricSum(leader.url, 'sluice_fair_share_readings_total', { source: 'ahead' }),
+    ).toBeGreaterThan(0);
   });
 });

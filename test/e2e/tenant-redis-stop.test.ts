@@ -12,10 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   eventually,
+  metricSum,
   startDispatcher,
   startEngineSim,
   startGateway,
   startRedis,
+  tenantPoolYaml,
   untilReady,
   type Answer,
   type SluiceProcess,
@@ -49,20 +51,7 @@ beforeAll(async () => {
   const config = join(dir, 'sluice.yaml');
   writeFileSync(
     config,
-    [
-      'tenants:',
-      '  - name: alpha',
-      `    apiKeys: [${KEYS.alpha}]`,
-      '  - name: beta',
-      `    apiKeys: [${KEYS.beta}]`,
-      'pools:',
-      '  - name: main',
-      '    models: [m]',
-      '    queueDepth: 100',
-      '    engines:',
-      `      - { url: "${sim.url}", name: e, maxInflight: 2 }`,
-      '',
-    ].join('\n'),
+    tenantPoolYaml({ tenants: KEYS, engineUrl: sim.url, maxInflight: 2, queueDepth: 100 }),
   );
   const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
   dispatcher = await startDispatcher(env);
@@ -103,9 +92,9 @@ function burst(n: number, tag: string): Promise<Answer[]> {
 
 /** `sluice_fair_share_readings_total{source="ahead"}` on the leader. */
 async function readingsAhead(): Promise<number> {
-  const text = await (await fetch(`${dispatcher.url}/metrics`)).text();
-  const line = /^sluice_fair_share_readings_total\{[^}]*source="ahead"[^}]*\} (\S+)$/m.exec(text);
-  return Number(line?.[1] ?? 0);
+  return (
+    (await metricSum(dispatcher.url, 'sluice_fair_share_readings_total', { source: 'ahead' })) ?? 0
+  );
 }
 
 /** Every answer is served, or refused with a reason and a time to come back. */

@@ -60,11 +60,18 @@ export async function readAll(res: Response): Promise<string> {
 }
 
 /** A metric summed over its series; undefined when the process exports none of them. */
-export async function metricSum(url: string, name: string): Promise<number | undefined> {
+export async function metricSum(
+  url: string,
+  name: string,
+  /** Only samples carrying each of these labels with this value. */
+  labels: Record<string, string> = {},
+): Promise<number | undefined> {
   const text = await (await fetch(`${url}/metrics`)).text();
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   const lines = text
     .split('\n')
-    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `));
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .filter((l) => wanted.every((w) => l.slice(0, l.lastIndexOf(' ')).includes(w)));
   if (lines.length === 0) return undefined;
   return lines.reduce((sum, l) => sum + Number(l.split(' ').pop()), 0);
 }

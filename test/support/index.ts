@@ -34,3 +34,4 @@ export {
 } from './acl.ts';
 export { askNode, type RedisNode } from './redis-node.ts';
 export { jsonLines } from './json-lines.ts';
+export { tenantPoolYaml, type TenantPoolYaml } from './tenant-config.ts';
