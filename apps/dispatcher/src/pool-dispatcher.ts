@@ -25,6 +25,7 @@ import { PoolControl } from './pool-control.js';
 import { PoolStats } from './pool-stats.js';
 import { PrefillRate, settlePending } from './prefill-tracker.js';
 import type { RelayHub } from './relay.js';
+import { queueProbe } from './queue-probe.js';
 import { ReleaseLoop } from './release-loop.js';
 import { limitedWarn } from './warn-limit.js';
 import type { ReplicaLiveness } from './replicas.js';
@@ -230,6 +231,7 @@ export class PoolDispatcher {
       id: deps.id,
       pool,
       worker: this.worker,
+      probeQueue: queueProbe(deps.bullConnection, this.worker),
       engines: this.engines,
       policy: deps.policy,
       holding: this.holding,

@@ -1,0 +1,53 @@
+// Whether a pool's queue still holds a job after a take, so the release loop's next take need
+// not find out by an empty `moveToActive`.
+//
+// BullMQ's marker (a sorted set that wakes a blocked take) says "look", not "there is a job":
+// every take that gets a job sets it again (prepareJobForProcessing.lua,
+// `addBaseMarkerIfNeeded`). So a worker that took the last job tries a non-blocking
+// `moveToActive` that finds nothing, then blocks on the marker, which answers at once (the
+// take set it), and tries another `moveToActive` that finds nothing: two empty scripts of
+// about eight commands and two more round trips after each quiet-time job. The probe counts
+// the wait list and the prioritised set and, when both are empty, removes the base marker in
+// the same script: Redis runs it whole, so a job added after it sets the marker again and a
+// job added before it is counted. The loop then blocks at once (docs/performance.md,
+// "Empty takes").
+import type { Redis } from '@sluice/redis';
+import type { QueueBase, Worker } from 'bullmq';
+
+// KEYS: wait list, prioritised set, marker. BullMQ's base marker is member "0"
+// (addBaseMarkerIfNeeded.lua); a held job's marker ("1", scored with its time) stays.
+const probeLua = `local n = redis.call('llen', KEYS[1]) + redis.call('zcard', KEYS[2])
+if n == 0 then redis.call('zrem', KEYS[3], '0') end
+return n`;
+
+const COMMAND = 'sluiceQueueProbe';
+
+type Probing = Redis & Record<string, unknown>;
+
+/**
+ * Makes `worker`'s next blocking take wait on the marker first, as after a take that found
+ * nothing: BullMQ's Worker blocks only while `drained` (worker.js `_getNextJob`) and otherwise
+ * goes straight to `moveToActive`. Should a BullMQ update rename the flag, the next take finds
+ * the queue empty as before (one empty script) and blocks then: slower, never wrong. The unit
+ * test pins that the take blocks first.
+ */
+export function markDrained(worker: Worker): void {
+  (worker as unknown as { drained: boolean }).drained = true;
+}
+
+/**
+ * Answers how many jobs wait in `queue` (held ones not counted), clearing BullMQ's wake-up
+ * marker when none does. Defined on `conn` (BullMQ's connection) once.
+ */
+export function queueProbe(conn: Redis, queue: QueueBase): () => Promise<number> {
+  const probing = conn as Probing;
+  if (typeof probing[COMMAND] !== 'function')
+    conn.defineCommand(COMMAND, { numberOfKeys: 3, lua: probeLua });
+  const { wait, prioritized, marker } = queue.keys;
+  const send = probing[COMMAND] as (...args: string[]) => Promise<unknown>;
+  return async () => {
+    const n = await send.call(conn, wait!, prioritized!, marker!);
+    if (typeof n !== 'number') throw new Error(`the queue probe answered ${JSON.stringify(n)}`);
+    return n;
+  };
+}
