@@ -1,4 +1,5 @@
 // pino options shared by every process (through Fastify's logger).
+import { stdoutPerTurn } from './log-stream.js';
 
 /**
  * Removed from every log object, whatever the level: credentials (a client's key, an
@@ -45,5 +46,6 @@ export function loggerOptions(level: string, component: string) {
     level,
     base: { component, pid: process.pid },
     redact: { paths: REDACTED_PATHS, remove: true },
+    stream: stdoutPerTurn(),
   };
 }
