@@ -8,7 +8,7 @@ import {
   type EngineObserver,
   type ObservedEngine,
 } from '@sluice/engine-metrics';
-import type { DispatcherMetrics } from '@sluice/observability';
+import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/observability';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
 import {
   emptyCounters,
@@ -55,6 +55,15 @@ export function createEngineSlot(
   };
 }
 
+interface PrefillSeries {
+  metrics: DispatcherMetrics;
+  longInflight: GaugeSeries;
+  longInPrefill: GaugeSeries;
+}
+/** Each engine's series, made at its first release (set on every release and end). */
+const prefillSeries = new WeakMap<EngineSlot, PrefillSeries>();
+const rateSeries = new WeakMap<PrefillRate, { metrics: DispatcherMetrics; series: GaugeSeries }>();
+
 /** Long prompts in flight and in prefill on `engine`, and the pool's prefill rate. */
 export function setPrefillMetrics(
   metrics: DispatcherMetrics,
@@ -63,11 +72,26 @@ export function setPrefillMetrics(
   engine?: EngineSlot,
 ): void {
   if (engine) {
-    const labels = { pool, engine: engine.name };
-    metrics.longInflight.set(labels, engine.longInflight);
-    metrics.longInPrefill.set(labels, engine.longInPrefill);
+    let series = prefillSeries.get(engine);
+    if (series?.metrics !== metrics) {
+      const labels = { pool, engine: engine.name };
+      series = {
+        metrics,
+        longInflight: gaugeSeries(metrics.longInflight, labels),
+        longInPrefill: gaugeSeries(metrics.longInPrefill, labels),
+      };
+      prefillSeries.set(engine, series);
+    }
+    series.longInflight.set(engine.longInflight);
+    series.longInPrefill.set(engine.longInPrefill);
   }
-  if (rate.current !== undefined) metrics.prefillRate.set({ pool }, rate.current);
+  if (rate.current === undefined) return;
+  let forRate = rateSeries.get(rate);
+  if (forRate?.metrics !== metrics) {
+    forRate = { metrics, series: gaugeSeries(metrics.prefillRate, { pool }) };
+    rateSeries.set(rate, forRate);
+  }
+  forRate.series.set(rate.current);
 }
 
 export interface ObservationDeps {

@@ -1,7 +1,7 @@
 // The jobs this dispatcher runs, and the one place in-flight counts change: `begin` when a
 // job is released, `complete` when its run ended, however. Both are synchronous, so the
 // counts the gate reads are exact between any two awaits.
-import type { DispatcherMetrics } from '@sluice/observability';
+import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/observability';
 import type { JobPayload } from '@sluice/protocol';
 import type { Job } from 'bullmq';
 import { setPrefillMetrics, type EngineSlot } from './engine-slot.js';
@@ -40,6 +40,8 @@ export interface LedgerDeps {
 export class InflightLedger {
   private readonly jobs = new Map<string, InflightJob>();
   private idleWaiters: Array<() => void> = [];
+  /** Each engine's `sluice_inflight` series, written on every begin and complete. */
+  private readonly inflightSeries = new Map<EngineSlot, GaugeSeries>();
 
   constructor(private readonly deps: LedgerDeps) {}
 
@@ -109,7 +111,7 @@ export class InflightLedger {
     setPrefillMetrics(metrics, pool, prefillRate, engine);
     const entry: InflightJob = { id: job.id!, job, token, engine, payload, work };
     this.jobs.set(entry.id, entry);
-    metrics.inflight.set({ pool, engine: engine.name }, engine.inflight);
+    this.setInflight(engine);
     return entry;
   }
 
@@ -119,8 +121,18 @@ export class InflightLedger {
     this.jobs.delete(entry.id);
     const { engine } = entry;
     engine.inflight -= 1;
-    this.deps.metrics.inflight.set({ pool: this.deps.pool, engine: engine.name }, engine.inflight);
+    this.setInflight(engine);
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  private setInflight(engine: EngineSlot): void {
+    let series = this.inflightSeries.get(engine);
+    if (!series) {
+      const labels = { pool: this.deps.pool, engine: engine.name };
+      series = gaugeSeries(this.deps.metrics.inflight, labels);
+      this.inflightSeries.set(engine, series);
+    }
+    series.set(engine.inflight);
   }
 }

@@ -5,6 +5,7 @@ export {
   type GatewayMetrics,
 } from './metrics.js';
 export { loggerOptions } from './logger.js';
+export { gaugeSeries, type GaugeSeries } from './gauge-series.js';
 export { Registry, collectDefaultMetrics } from 'prom-client';
 export {
   markStage,
