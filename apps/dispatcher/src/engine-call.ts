@@ -31,7 +31,8 @@ function abortReason(signal: AbortSignal): Error {
 
 export class EngineClient {
   private readonly pool: Pool;
-  private readonly authorization: string | undefined;
+  /** The request headers every call sends, made once (undici reads them, never changes them). */
+  private readonly headers: Readonly<Record<string, string>>;
 
   constructor(
     readonly config: EngineConfig,
@@ -45,7 +46,10 @@ export class EngineClient {
       pipelining: 1,
       keepAliveTimeout: 30_000,
     });
-    this.authorization = config.apiKey ? `Bearer ${config.apiKey}` : undefined;
+    this.headers = Object.freeze({
+      'content-type': 'application/json',
+      ...(config.apiKey && { authorization: `Bearer ${config.apiKey}` }),
+    });
   }
 
   get name(): string {
@@ -84,8 +88,7 @@ export class EngineClient {
       const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, signal));
       if (signal.aborted) return fail(abortReason(signal));
       signal.addEventListener('abort', onAbort, { once: true });
-      const headers: Record<string, string> = { 'content-type': 'application/json' };
-      if (this.authorization) headers['authorization'] = this.authorization;
+      const headers = this.headers;
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(c) {
           controller = c;
