@@ -6,7 +6,7 @@
 import type { RejectReason } from '@sluice/protocol';
 
 export class CancelBook {
-  private readonly running = new Map<string, AbortController>();
+  private readonly running = new Map<string, Cancellation>();
   private readonly early = new Map<string, { until: number; error: CancelledError }>();
 
   constructor(
@@ -14,17 +14,17 @@ export class CancelBook {
     private readonly now: () => number,
   ) {}
 
-  /** Registers a running job; its controller is aborted already when it was cancelled before. */
-  register(jobId: string): AbortController {
-    const controller = new AbortController();
+  /** Registers a running job; its cancellation is aborted already when it was cancelled before. */
+  register(jobId: string): Cancellation {
+    const cancellation = new Cancellation();
     const early = this.early.get(jobId);
     if (early) {
       this.early.delete(jobId);
-      controller.abort(early.error);
-      return controller;
+      cancellation.abort(early.error);
+      return cancellation;
     }
-    this.running.set(jobId, controller);
-    return controller;
+    this.running.set(jobId, cancellation);
+    return cancellation;
   }
 
   unregister(jobId: string): void {
@@ -33,9 +33,9 @@ export class CancelBook {
 
   cancel(jobId: string, reason: string, frameCode: RejectReason = 'cancelled'): boolean {
     const error = new CancelledError(reason, frameCode);
-    const controller = this.running.get(jobId);
-    if (controller) {
-      if (!controller.signal.aborted) controller.abort(error);
+    const cancellation = this.running.get(jobId);
+    if (cancellation) {
+      cancellation.abort(error);
       return true;
     }
     this.early.set(jobId, { until: this.now() + this.rememberMs, error });
@@ -46,6 +46,46 @@ export class CancelBook {
   prune(): void {
     const now = this.now();
     for (const [id, { until }] of this.early) if (until <= now) this.early.delete(id);
+  }
+}
+
+/**
+ * One running job's cancellation: aborted at most once, with a reason, and one listener (the
+ * engine call's). Not an AbortController: Node tracks each AbortSignal weakly, and V8's
+ * young-generation collector keeps weakly tracked objects alive, so every job's signal, and
+ * what its listener reached, was promoted to the old generation. Measured on Node 20 with
+ * `--trace-gc-nvp`, 300,000 signals made and dropped: 2.2-2.9 MB promoted and 7.7-9.6 ms
+ * per young-generation pause, against 0.09 MB and 0.9 ms for as many plain objects
+ * (docs/performance.md, "Garbage per request").
+ */
+export class Cancellation {
+  private why: CancelledError | undefined;
+  private listener: ((why: CancelledError) => void) | undefined;
+
+  get aborted(): boolean {
+    return this.why !== undefined;
+  }
+
+  /** Why it was cancelled; undefined while it was not. */
+  get reason(): CancelledError | undefined {
+    return this.why;
+  }
+
+  /** Cancels, once: a second abort keeps the first reason. */
+  abort(why: CancelledError): void {
+    if (this.why) return;
+    this.why = why;
+    const listener = this.listener;
+    this.listener = undefined;
+    listener?.(why);
+  }
+
+  /** Runs `listener` at the abort, in place of any before; answers a function that removes it. */
+  onAbort(listener: (why: CancelledError) => void): () => void {
+    this.listener = listener;
+    return () => {
+      if (this.listener === listener) this.listener = undefined;
+    };
   }
 }
 

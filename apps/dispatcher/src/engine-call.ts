@@ -4,7 +4,7 @@ import type { EngineConfig } from '@sluice/config';
 import { markStage } from '@sluice/observability';
 import type { CompletionPath, EndInfo } from '@sluice/protocol';
 import { Pool, type Dispatcher } from 'undici';
-import { CancelledError } from './cancels.js';
+import type { Cancellation } from './cancels.js';
 import type { ReplyRelay } from './relay.js';
 
 export interface EngineTimeouts {
@@ -23,11 +23,6 @@ export interface ResponseWatch {
 }
 
 export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
-
-/** The abort's reason as an Error (undici requires one). */
-function abortReason(signal: AbortSignal): Error {
-  return signal.reason instanceof Error ? signal.reason : new Error('aborted');
-}
 
 export class EngineClient {
   private readonly pool: Pool;
@@ -69,7 +64,7 @@ export class EngineClient {
     path: CompletionPath,
     body: string | Buffer,
     relay: ReplyRelay,
-    signal: AbortSignal,
+    cancellation: Cancellation,
     watch: ResponseWatch = {},
   ): Promise<CallOutcome> {
     return new Promise((resolve) => {
@@ -79,21 +74,21 @@ export class EngineClient {
       // Once settled (ended, failed or cancelled, maybe from inside a watcher), nothing more
       // reaches the relay: an error frame is always the last.
       let settled = false;
-      const onAbort = () => controller?.abort(abortReason(signal));
+      let stopListening = () => {};
       const settle = (outcome: CallOutcome) => {
         settled = true;
-        signal.removeEventListener('abort', onAbort);
+        stopListening();
         resolve(outcome);
       };
-      const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, signal));
-      if (signal.aborted) return fail(abortReason(signal));
-      signal.addEventListener('abort', onAbort, { once: true });
+      const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, cancellation));
+      if (cancellation.reason) return fail(cancellation.reason);
+      stopListening = cancellation.onAbort((why) => controller?.abort(why));
       const headers = this.headers;
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(c) {
           controller = c;
           // Aborted while the request waited for a connection.
-          if (signal.aborted) c.abort(abortReason(signal));
+          if (cancellation.reason) c.abort(cancellation.reason);
         },
         onResponseStart(_c, statusCode, responseHeaders) {
           if (statusCode < 200) return; // 1xx: informational, the real head follows
@@ -134,14 +129,11 @@ export class EngineClient {
     err: unknown,
     headSent: boolean,
     relay: ReplyRelay,
-    signal: AbortSignal,
+    cancellation: Cancellation,
   ): CallOutcome {
-    if (signal.aborted) {
-      const why = signal.reason instanceof CancelledError ? signal.reason : undefined;
-      relay.error({
-        code: why?.frameCode ?? 'cancelled',
-        message: `request cancelled: ${why?.message ?? 'cancelled'}`,
-      });
+    const why = cancellation.reason;
+    if (why) {
+      relay.error({ code: why.frameCode, message: `request cancelled: ${why.message}` });
       return 'cancelled';
     }
     const message = err instanceof Error ? err.message : String(err);

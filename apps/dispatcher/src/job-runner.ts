@@ -6,7 +6,7 @@ import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import { jobBody, type JobPayload, type KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Job } from 'bullmq';
-import type { CancelBook, CancelledError } from './cancels.js';
+import type { CancelBook } from './cancels.js';
 import type { PoolLoad } from './degrade.js';
 import type { FairShare } from './fair-share.js';
 import type { RunOutcome } from './handover.js';
@@ -126,10 +126,10 @@ export class JobRunner {
     const { job, token, engine, payload, work, id: jobId } = entry;
     const skip = (reason: string) => this.discard(job, token, reason).then(() => undefined);
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
-    const controller = cancels.register(jobId);
-    if (controller.signal.aborted) {
+    const cancellation = cancels.register(jobId);
+    const why = cancellation.reason;
+    if (why) {
       cancels.unregister(jobId);
-      const why = controller.signal.reason as CancelledError;
       // A client that cancelled knows; one whose job this dispatcher lost is told.
       if (why.frameCode !== 'cancelled') {
         const relay = hub.open(jobId, keys.replyChannel(payload.replica));
@@ -165,7 +165,7 @@ export class JobRunner {
     markStage('dispatcher.engine-call');
     entry.callStartedAt = now();
     try {
-      outcome = await engine.client.call(payload.path, degraded.body, relay, controller.signal, {
+      outcome = await engine.client.call(payload.path, degraded.body, relay, cancellation, {
         firstByte: () => {
           entry.firstByteAt = now();
           work.firstByte(entry.firstByteAt);

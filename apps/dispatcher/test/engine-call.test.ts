@@ -6,7 +6,7 @@ import type { EngineConfig } from '@sluice/config';
 import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
 import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { CancelledError } from '../src/cancels.ts';
+import { Cancellation, CancelledError } from '../src/cancels.ts';
 import { EngineClient } from '../src/engine-call.ts';
 import type { ReplyRelay } from '../src/relay.ts';
 
@@ -64,7 +64,7 @@ describe('engine call', () => {
       '/v1/chat/completions',
       body(true),
       relay,
-      new AbortController().signal,
+      new Cancellation(),
       {
         firstByte: () => (firstBytes += 1),
         data: (chunk) => seen.push(chunk.toString()),
@@ -92,7 +92,7 @@ describe('engine call', () => {
       '/v1/chat/completions',
       body(false),
       relay,
-      new AbortController().signal,
+      new Cancellation(),
     );
     expect(outcome).toBe('engine_error');
     expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 500 } });
@@ -107,7 +107,7 @@ describe('engine call', () => {
       '/v1/chat/completions',
       body(true, 20),
       relay,
-      new AbortController().signal,
+      new Cancellation(),
     );
     expect(outcome).toBe('engine_error');
     expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 200 } });
@@ -124,7 +124,7 @@ describe('engine call', () => {
       '/v1/chat/completions',
       body(false),
       relay,
-      new AbortController().signal,
+      new Cancellation(),
     );
     expect(outcome).toBe('engine_unreachable');
     expect(calls).toHaveLength(1);
@@ -134,10 +134,10 @@ describe('engine call', () => {
 
   it('cancels before the call without reaching the engine, and during it with the reason given', async () => {
     const before = (await sim.state()).peakRequests;
-    const early = new AbortController();
+    const early = new Cancellation();
     early.abort(new CancelledError('client went away'));
     const first = recordingRelay();
-    expect(await client().call('/v1/chat/completions', body(true), first.relay, early.signal)).toBe(
+    expect(await client().call('/v1/chat/completions', body(true), first.relay, early)).toBe(
       'cancelled',
     );
     expect(first.calls).toEqual([
@@ -148,13 +148,13 @@ describe('engine call', () => {
     ]);
     expect((await sim.state()).peakRequests).toBe(before);
 
-    const during = new AbortController();
+    const during = new Cancellation();
     const second = recordingRelay();
     const outcome = await client().call(
       '/v1/chat/completions',
       body(true, 50),
       second.relay,
-      during.signal,
+      during,
       {
         firstByte: () => during.abort(new CancelledError('its lock was lost', 'dispatcher_lost')),
       },
