@@ -213,43 +213,40 @@ export class RelayHub {
     // Still marked as scheduled while relays flush their data into the outbox below.
     for (const r of this.due) r.flush();
     this.due.clear();
-    // An explicit pipeline goes out in one write now; a plain publish on the auto-pipelined
-    // connection would wait for yet another turn.
-    const pipeline = this.publisher.pipeline();
-    const channels: string[] = [];
+    // Each PUBLISH is written at once: the `command` role leaves PUBLISH out of its
+    // auto-pipelining (libs/redis connect.ts). An ioredis pipeline object per flush did the
+    // same in one write, but those objects outlive a young-generation collection and were
+    // the largest share of what the dispatcher promoted (docs/performance.md).
     for (const [channel, frames] of this.outbox) {
       let first = 0;
       let bytes = 0;
       frames.forEach((frame, i) => {
         if (i > first && bytes + frame.length > BUNDLE_BYTES) {
-          pipeline.publish(channel, bundle(frames.slice(first, i)));
-          channels.push(channel);
+          this.send(channel, bundle(frames.slice(first, i)));
           first = i;
           bytes = 0;
         }
         bytes += 4 + frame.length;
       });
-      pipeline.publish(channel, bundle(frames.slice(first)));
-      channels.push(channel);
+      this.send(channel, bundle(frames.slice(first)));
     }
     this.outbox.clear();
     this.flushScheduled = false;
     const waiters = this.writtenWaiters;
     this.writtenWaiters = [];
-    // A failed publish is not retried: the gateway notices the gap or the silence and
-    // tells its client, which is the honest outcome.
-    // PUBLISH answers the number of subscribers that got the message.
-    if (pipeline.length === 0) return waiters.forEach((resolve) => resolve());
-    const results = pipeline.exec();
-    // exec has written the pipeline to the socket (or queued it while Redis is away).
+    // Every PUBLISH above is written to the socket (or queued while Redis is away).
     for (const resolve of waiters) resolve();
-    results.then(
-      (results) => {
-        const unheard = new Set<string>();
-        results?.forEach(([err, receivers], i) => {
-          if (!err && receivers === 0) unheard.add(channels[i]!);
-        });
-        for (const channel of unheard) this.onUnheard(channel);
+  }
+
+  /**
+   * One PUBLISH. A failed one is not retried: the gateway notices the gap or the silence and
+   * tells its client, which is the honest outcome. PUBLISH answers how many subscribers got
+   * the message: none means no gateway holds that channel's clients now.
+   */
+  private send(channel: string, message: Buffer): void {
+    this.publisher.publish(channel, message).then(
+      (receivers) => {
+        if (receivers === 0) this.onUnheard(channel);
       },
       () => {},
     );

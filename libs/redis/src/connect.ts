@@ -58,6 +58,14 @@ const BLOCKING_COMMANDS = [
 ];
 
 /**
+ * Commands the `command` role writes at once rather than in the turn's pipeline. PUBLISH: the
+ * dispatcher's relay publishes a turn's reply frames as one bundle per gateway replica (one
+ * or a few PUBLISHes per turn) and must have them on the wire before BullMQ records the job
+ * complete; behind a pipeline still waiting for its replies they would wait a round trip.
+ */
+const WRITTEN_AT_ONCE = ['publish'];
+
+/**
  * One pipeline per event-loop turn on the request path: ioredis's auto-pipelining gathers the
  * commands issued in a turn and sends them on `setImmediate`. It keeps one pipeline out per
  * connection and holds the next until the replies are in; fine for the request path's small
@@ -67,7 +75,7 @@ const BLOCKING_COMMANDS = [
  */
 const onePipelinePerTurn: RedisOptions = {
   enableAutoPipelining: true,
-  autoPipeliningIgnoredCommands: BLOCKING_COMMANDS,
+  autoPipeliningIgnoredCommands: [...BLOCKING_COMMANDS, ...WRITTEN_AT_ONCE],
 };
 
 const roleOptions: Record<RedisRole, RedisOptions> = {
