@@ -83,7 +83,6 @@ export class EngineClient {
       const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, cancellation));
       if (cancellation.reason) return fail(cancellation.reason);
       stopListening = cancellation.onAbort((why) => controller?.abort(why));
-      const headers = this.headers;
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(c) {
           controller = c;
@@ -117,7 +116,7 @@ export class EngineClient {
         },
       };
       try {
-        this.pool.dispatch({ path, method: 'POST', headers, body }, handler);
+        this.pool.dispatch({ path, method: 'POST', headers: this.headers, body }, handler);
       } catch (err) {
         fail(err);
       }

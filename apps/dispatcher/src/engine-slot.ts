@@ -55,43 +55,18 @@ export function createEngineSlot(
   };
 }
 
-interface PrefillSeries {
-  metrics: DispatcherMetrics;
-  longInflight: GaugeSeries;
-  longInPrefill: GaugeSeries;
-}
-/** Each engine's series, made at its first release (set on every release and end). */
-const prefillSeries = new WeakMap<EngineSlot, PrefillSeries>();
-const rateSeries = new WeakMap<PrefillRate, { metrics: DispatcherMetrics; series: GaugeSeries }>();
+/** Each pool's prefill-rate series: set on every release and end, and by the scrapes. */
+const rateSeries = new WeakMap<PrefillRate, GaugeSeries>();
 
-/** Long prompts in flight and in prefill on `engine`, and the pool's prefill rate. */
-export function setPrefillMetrics(
-  metrics: DispatcherMetrics,
-  pool: string,
-  rate: PrefillRate,
-  engine?: EngineSlot,
-): void {
-  if (engine) {
-    let series = prefillSeries.get(engine);
-    if (series?.metrics !== metrics) {
-      const labels = { pool, engine: engine.name };
-      series = {
-        metrics,
-        longInflight: gaugeSeries(metrics.longInflight, labels),
-        longInPrefill: gaugeSeries(metrics.longInPrefill, labels),
-      };
-      prefillSeries.set(engine, series);
-    }
-    series.longInflight.set(engine.longInflight);
-    series.longInPrefill.set(engine.longInPrefill);
-  }
+/** The pool's prefill rate, once it is known. */
+export function setPrefillRate(metrics: DispatcherMetrics, pool: string, rate: PrefillRate): void {
   if (rate.current === undefined) return;
-  let forRate = rateSeries.get(rate);
-  if (forRate?.metrics !== metrics) {
-    forRate = { metrics, series: gaugeSeries(metrics.prefillRate, { pool }) };
-    rateSeries.set(rate, forRate);
+  let series = rateSeries.get(rate);
+  if (!series) {
+    series = gaugeSeries(metrics.prefillRate, { pool });
+    rateSeries.set(rate, series);
   }
-  forRate.series.set(rate.current);
+  series.set(rate.current);
 }
 
 export interface ObservationDeps {
@@ -177,7 +152,7 @@ function samplePrefillRate(
     totals.promptTokens - previous.promptTokens,
     totals.seconds - previous.seconds,
   );
-  setPrefillMetrics(deps.metrics, deps.pool, deps.prefillRate);
+  setPrefillRate(deps.metrics, deps.pool, deps.prefillRate);
 }
 
 /** The cap follows the engine's own --max-num-seqs where the engine exports it. */

@@ -4,7 +4,7 @@
 import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/observability';
 import type { JobPayload } from '@sluice/protocol';
 import type { Job } from 'bullmq';
-import { setPrefillMetrics, type EngineSlot } from './engine-slot.js';
+import { setPrefillRate, type EngineSlot } from './engine-slot.js';
 import { trackRelease, type PrefillRate, type ReleasedWork } from './prefill-tracker.js';
 
 export interface InflightJob {
@@ -40,8 +40,8 @@ export interface LedgerDeps {
 export class InflightLedger {
   private readonly jobs = new Map<string, InflightJob>();
   private idleWaiters: Array<() => void> = [];
-  /** Each engine's `sluice_inflight` series, written on every begin and complete. */
-  private readonly inflightSeries = new Map<EngineSlot, GaugeSeries>();
+  /** Each engine's in-flight series, written on every begin and complete. */
+  private readonly engineSeries = new Map<EngineSlot, EngineSeries>();
 
   constructor(private readonly deps: LedgerDeps) {}
 
@@ -95,7 +95,7 @@ export class InflightLedger {
     payload: JobPayload,
     long: boolean,
   ): InflightJob {
-    const { metrics, pool, prefillRate, now } = this.deps;
+    const { prefillRate, now } = this.deps;
     engine.inflight += 1;
     const work = trackRelease(engine, {
       long,
@@ -104,14 +104,13 @@ export class InflightLedger {
       releasedAt: now(),
       rate: prefillRate,
       changed: () => {
-        setPrefillMetrics(metrics, pool, prefillRate, engine);
+        this.setMetrics(engine);
         this.deps.changed();
       },
     });
-    setPrefillMetrics(metrics, pool, prefillRate, engine);
     const entry: InflightJob = { id: job.id!, job, token, engine, payload, work };
     this.jobs.set(entry.id, entry);
-    this.setInflight(engine);
+    this.setMetrics(engine);
     return entry;
   }
 
@@ -121,18 +120,33 @@ export class InflightLedger {
     this.jobs.delete(entry.id);
     const { engine } = entry;
     engine.inflight -= 1;
-    this.setInflight(engine);
+    this.setMetrics(engine);
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
 
-  private setInflight(engine: EngineSlot): void {
-    let series = this.inflightSeries.get(engine);
+  /** `engine`'s in-flight counts (all, long, long in prefill) and the pool's prefill rate. */
+  private setMetrics(engine: EngineSlot): void {
+    const { metrics, pool, prefillRate } = this.deps;
+    let series = this.engineSeries.get(engine);
     if (!series) {
-      const labels = { pool: this.deps.pool, engine: engine.name };
-      series = gaugeSeries(this.deps.metrics.inflight, labels);
-      this.inflightSeries.set(engine, series);
+      const labels = { pool, engine: engine.name };
+      series = {
+        inflight: gaugeSeries(metrics.inflight, labels),
+        longInflight: gaugeSeries(metrics.longInflight, labels),
+        longInPrefill: gaugeSeries(metrics.longInPrefill, labels),
+      };
+      this.engineSeries.set(engine, series);
     }
-    series.set(engine.inflight);
+    series.inflight.set(engine.inflight);
+    series.longInflight.set(engine.longInflight);
+    series.longInPrefill.set(engine.longInPrefill);
+    setPrefillRate(metrics, pool, prefillRate);
   }
+}
+
+interface EngineSeries {
+  inflight: GaugeSeries;
+  longInflight: GaugeSeries;
+  longInPrefill: GaugeSeries;
 }
