@@ -5,6 +5,7 @@
 // a running stream gets the error in-band and its engine request is cancelled, freeing the
 // slot at once instead of at the end of a generation nobody reads.
 import { refusal } from './refuse.js';
+import type { HeldRequest } from './held-request.js';
 import type { ReplyRouter } from './replies.js';
 
 export interface DrainResult {
@@ -24,7 +25,7 @@ export async function drain(
   await Promise.race([replies.whenIdle(), deadline, cutShort]);
   clearTimeout(timer);
   const left = [...replies.held.values()];
-  const takeBacks = left.map((held) =>
+  const answer = (held: HeldRequest) =>
     held.abandon(
       refusal(
         'shutting_down',
@@ -33,8 +34,12 @@ export async function drain(
           : 'this gateway replica is shutting down; the answer is incomplete',
       ),
       'shutting_down',
-    ),
-  );
-  await Promise.all(takeBacks.map((takeBack) => takeBack()));
+    );
+  // Queued jobs leave the queue before any running request is cut: a cut frees an engine
+  // slot, and the dispatcher would hand it to a queued job whose removal had not landed yet.
+  const queued = left.filter((held) => held.state === 'queued');
+  const running = left.filter((held) => held.state !== 'queued');
+  await Promise.all(queued.map(answer).map((takeBack) => takeBack()));
+  await Promise.all(running.map(answer).map((takeBack) => takeBack()));
   return { cut: left.length };
 }
