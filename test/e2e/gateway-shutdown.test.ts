@@ -72,7 +72,17 @@ describe('gateway SIGTERM', () => {
     );
     try {
       const extra = { stream: true, max_tokens: 80, ignore_eos: true };
-      // What the engine answers to the same requests without Sluice in between.
+      const streams = await Promise.all(
+        ['first', 'second'].map((tag) => chat(gateway.url, tag, extra)),
+      );
+      for (const s of streams) expect(s.status).toBe(200);
+      const readers = streams.map((s) => readAll(s));
+      // A stream's head comes from the engine: both run there now.
+      expect(await metricSum(gateway.url, 'sluice_held_requests')).toBe(2);
+      expect(await metricSum(gateway.url, 'sluice_parked_requests')).toBe(0);
+      // What the engine answers to the same requests without Sluice in between, asked only
+      // now: the gate counts the engine's own running requests, so direct requests sent
+      // earlier could hold a slot and let one stream start after the other had ended.
       const direct = ['first', 'second'].map((tag) =>
         fetch(`${stack.sim.url}/v1/chat/completions`, {
           method: 'POST',
@@ -84,15 +94,6 @@ describe('gateway SIGTERM', () => {
               .message.content,
         ),
       );
-      const streams = await Promise.all(
-        ['first', 'second'].map((tag) => chat(gateway.url, tag, extra)),
-      );
-      for (const s of streams) expect(s.status).toBe(200);
-      const readers = streams.map((s) => readAll(s));
-      // A stream's head comes from the engine: both run there now (the direct answers may
-      // already be done on a slow machine, so the engine's count is not the signal).
-      expect(await metricSum(gateway.url, 'sluice_held_requests')).toBe(2);
-      expect(await metricSum(gateway.url, 'sluice_parked_requests')).toBe(0);
 
       gateway.process.child.kill('SIGTERM');
       await gateway.process.waitForLine(/"msg":"gateway draining"/);
