@@ -96,6 +96,8 @@ describe('Sentinel failover under Sluice', () => {
     // (503 with a reason); a request that hangs or an answer that is neither is not.
     let probe = 0;
     const servedMs: number[] = [];
+    // What each refused probe was told, for the failure message should none be served.
+    const refusals = new Map<string, number>();
     for (const gateway of gateways) {
       await eventually(
         async () => {
@@ -103,13 +105,20 @@ describe('Sentinel failover under Sluice', () => {
           if (a.status !== 200) {
             expect(a.status).toBe(503);
             expect(a.reason).toMatch(/^[a-z_]+$/);
+            refusals.set(a.reason!, (refusals.get(a.reason!) ?? 0) + 1);
             return undefined;
           }
           return true;
         },
         'a request served after the failover',
         60_000,
-      );
+      ).catch((err: unknown) => {
+        const told = [...refusals].map(([reason, n]) => `${reason} x${n}`).join(', ');
+        const logs = [...dispatchers, ...gateways]
+          .map((p) => p.process.output.slice(-20).join('\n'))
+          .join('\n---\n');
+        throw new Error(`${String(err)}; the probes were told: ${told}\n${logs}`);
+      });
       servedMs.push(Date.now() - killedAt);
     }
 
