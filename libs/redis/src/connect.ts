@@ -112,6 +112,40 @@ function corkPerTurn(redis: NodeRedis): NodeRedis {
   return redis;
 }
 
+/**
+ * A connection Sluice did not close comes back. ioredis (5.9) ends a connection for good, with
+ * no retry, when its connector is told to disconnect while it is still connecting: Redis
+ * `connect` sets the status to `end` when the connector gives up (redis/Redis.js). Its Sentinel
+ * failover detector does exactly that: when the sentinels announce the new master
+ * (+switch-master) it calls the connector's `disconnect`, and the detector of a connection that
+ * lost its master is still listening while that connection asks the sentinels where to go
+ * (connectors/SentinelConnector: "Connection is closed."). Seen as a gateway answering
+ * `redis_unavailable` for good after a Sentinel failover on a busy machine. BullMQ brings its
+ * own blocking connection back the same way (its RedisConnection `reconnect`). Only `quit()`
+ * and `disconnect()` close a connection for good; `disconnect(true)` reconnects.
+ */
+function comesBack(redis: NodeRedis): NodeRedis {
+  let closedOnPurpose = false;
+  const { quit, disconnect } = redis;
+  redis.quit = function (this: NodeRedis, ...args: unknown[]) {
+    closedOnPurpose = true;
+    return (quit as (...a: unknown[]) => unknown).apply(this, args);
+  } as typeof quit;
+  redis.disconnect = function (this: NodeRedis, reconnect = false) {
+    if (!reconnect) closedOnPurpose = true;
+    disconnect.call(this, reconnect);
+  };
+  let attempt = 0;
+  redis.on('ready', () => (attempt = 0));
+  redis.on('end', () => {
+    if (closedOnPurpose) return;
+    setTimeout(() => {
+      if (!closedOnPurpose && redis.status === 'end') redis.connect().catch(() => {});
+    }, backoff(attempt++)).unref();
+  });
+  return redis;
+}
+
 export interface RedisConnectOptions {
   /** Shown by CLIENT LIST: `sluice:<component>:<id>:<role>`. */
   name: string;
@@ -228,9 +262,9 @@ export function createRedis(
     ...roleOptions[role],
   };
   const tls = tlsOptions(topology);
-  const perTurn = (redis: NodeRedis) => (role === 'bullmq' ? corkPerTurn(redis) : redis);
+  const finish = (redis: NodeRedis) => comesBack(role === 'bullmq' ? corkPerTurn(redis) : redis);
   if (topology.kind === 'single')
-    return perTurn(new NodeRedis(topology.url, { ...common, ...(tls ? { tls } : {}) }));
+    return finish(new NodeRedis(topology.url, { ...common, ...(tls ? { tls } : {}) }));
   const redis = new NodeRedis({
     ...common,
     sentinels: topology.sentinels.map(({ host, port }) => ({ host, port })),
@@ -245,5 +279,5 @@ export function createRedis(
     reconnectOnError: onReadonly,
   });
   addresses.set(redis, `master ${topology.masterName} via sentinels ${list(topology.sentinels)}`);
-  return perTurn(redis);
+  return finish(redis);
 }

@@ -1,5 +1,5 @@
 import { startRedis } from '@sluice/test/support';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/index.ts';
 
 describe('redis connections', () => {
@@ -13,6 +13,52 @@ describe('redis connections', () => {
     await server.stop();
     expect(await redisHealthy(redis, 200)).toBe(false);
     redis.disconnect();
+  });
+
+  it('comes back when ioredis ends it by itself while reconnecting', async () => {
+    const server = await startRedis();
+    const redis = createRedis(server.url, { name: 'x', role: 'command' });
+    redis.on('error', () => {});
+    try {
+      await redisReady(redis);
+      // What ioredis's Sentinel failover detector does on +switch-master: it tells the
+      // connector to disconnect, here while the connection is connecting again.
+      const connector = (redis as unknown as { connector: { disconnect(): void } }).connector;
+      redis.once('connecting', () => connector.disconnect());
+      const ended = new Promise((resolve) => redis.once('end', resolve));
+      redis.disconnect(true);
+      await ended;
+      await new Promise((resolve) => redis.once('ready', resolve));
+      expect(await redis.ping()).toBe('PONG');
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
+  });
+
+  it('stays closed once quit or disconnected', async () => {
+    const server = await startRedis();
+    try {
+      for (const close of ['quit', 'disconnect'] as const) {
+        const redis = createRedis(server.url, { name: 'x', role: 'bullmq' });
+        redis.on('error', () => {});
+        await redisReady(redis);
+        // Whatever would bring it back waits on a timer: run every timer to its end.
+        vi.useFakeTimers({ toFake: ['setTimeout'] });
+        try {
+          const ended = new Promise((resolve) => redis.once('end', resolve));
+          await redis[close]();
+          await ended;
+          vi.runAllTimers();
+          expect(redis.status).toBe('end');
+        } finally {
+          vi.useRealTimers();
+        }
+        await expect(redis.ping()).rejects.toThrow('Connection is closed.');
+      }
+    } finally {
+      await server.stop();
+    }
   });
 
   it('gives BullMQ connections no per-request retry limit, as BullMQ requires', () => {
