@@ -1,4 +1,4 @@
-import { startRedis } from '@sluice/test/support';
+import { eventually, startRedis } from '@sluice/test/support';
 import { describe, expect, it, vi } from 'vitest';
 import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/index.ts';
 
@@ -32,6 +32,32 @@ describe('redis connections', () => {
       expect(await redis.ping()).toBe('PONG');
     } finally {
       redis.disconnect();
+      await server.stop();
+    }
+  });
+
+  it('comes back subscribed to its channels', async () => {
+    const server = await startRedis();
+    const sub = createRedis(server.url, { name: 'x', role: 'subscriber' });
+    const pub = createRedis(server.url, { name: 'y', role: 'command' });
+    sub.on('error', () => {});
+    try {
+      await Promise.all([redisReady(sub), redisReady(pub)]);
+      await sub.subscribe('replies');
+      const connector = (sub as unknown as { connector: { disconnect(): void } }).connector;
+      sub.once('connecting', () => connector.disconnect());
+      const ended = new Promise((resolve) => sub.once('end', resolve));
+      sub.disconnect(true);
+      await ended;
+      const heard = new Promise((resolve) => sub.once('message', (_channel, m) => resolve(m)));
+      await eventually(
+        async () => ((await pub.publish('replies', 'frame')) === 1 ? true : undefined),
+        'the subscriber back on its channel',
+      );
+      expect(await heard).toBe('frame');
+    } finally {
+      sub.disconnect();
+      pub.disconnect();
       await server.stop();
     }
   });
