@@ -1,6 +1,19 @@
 import { eventually, startRedis } from '@sluice/test/support';
 import { describe, expect, it, vi } from 'vitest';
-import { createRedis, RedisAuthError, redisHealthy, redisReady } from '../src/index.ts';
+import { createRedis, RedisAuthError, redisHealthy, redisReady, type Redis } from '../src/index.ts';
+
+/**
+ * Ends `redis` the way ioredis's Sentinel failover detector can on +switch-master: it tells the
+ * connector to disconnect, and here that lands while the connection is connecting again.
+ * Resolves once ioredis has ended the connection.
+ */
+function endWhileReconnecting(redis: Redis): Promise<void> {
+  const connector = (redis as unknown as { connector: { disconnect(): void } }).connector;
+  redis.once('connecting', () => connector.disconnect());
+  const ended = new Promise<void>((resolve) => redis.once('end', () => resolve()));
+  redis.disconnect(true);
+  return ended;
+}
 
 describe('redis connections', () => {
   it('connects, reports healthy, and reports unhealthy once the server is gone', async () => {
@@ -21,14 +34,9 @@ describe('redis connections', () => {
     redis.on('error', () => {});
     try {
       await redisReady(redis);
-      // What ioredis's Sentinel failover detector does on +switch-master: it tells the
-      // connector to disconnect, here while the connection is connecting again.
-      const connector = (redis as unknown as { connector: { disconnect(): void } }).connector;
-      redis.once('connecting', () => connector.disconnect());
-      const ended = new Promise((resolve) => redis.once('end', resolve));
-      redis.disconnect(true);
-      await ended;
-      await new Promise((resolve) => redis.once('ready', resolve));
+      const back = new Promise((resolve) => redis.once('ready', resolve));
+      await endWhileReconnecting(redis);
+      await back;
       expect(await redis.ping()).toBe('PONG');
     } finally {
       redis.disconnect();
@@ -44,11 +52,7 @@ describe('redis connections', () => {
     try {
       await Promise.all([redisReady(sub), redisReady(pub)]);
       await sub.subscribe('replies');
-      const connector = (sub as unknown as { connector: { disconnect(): void } }).connector;
-      sub.once('connecting', () => connector.disconnect());
-      const ended = new Promise((resolve) => sub.once('end', resolve));
-      sub.disconnect(true);
-      await ended;
+      await endWhileReconnecting(sub);
       const heard = new Promise((resolve) => sub.once('message', (_channel, m) => resolve(m)));
       await eventually(
         async () => ((await pub.publish('replies', 'frame')) === 1 ? true : undefined),
