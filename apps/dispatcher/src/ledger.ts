@@ -103,8 +103,11 @@ export class InflightLedger {
       stream: payload.stream,
       releasedAt: now(),
       rate: prefillRate,
+      // Runs when a prompt leaves prefill (a stream's first byte samples the rate) and when
+      // the run ends (complete, below).
       changed: () => {
         this.setMetrics(engine);
+        setPrefillRate(this.deps.metrics, this.deps.pool, prefillRate);
         this.deps.changed();
       },
     });
@@ -120,14 +123,14 @@ export class InflightLedger {
     this.jobs.delete(entry.id);
     const { engine } = entry;
     engine.inflight -= 1;
-    this.setMetrics(engine);
+    // Its `changed` sets the engine's series, the long-prompt counts updated first.
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
 
-  /** `engine`'s in-flight counts (all, long, long in prefill) and the pool's prefill rate. */
+  /** `engine`'s in-flight counts: all, long, long in prefill. */
   private setMetrics(engine: EngineSlot): void {
-    const { metrics, pool, prefillRate } = this.deps;
+    const { metrics, pool } = this.deps;
     let series = this.engineSeries.get(engine);
     if (!series) {
       const labels = { pool, engine: engine.name };
@@ -141,7 +144,6 @@ export class InflightLedger {
     series.inflight.set(engine.inflight);
     series.longInflight.set(engine.longInflight);
     series.longInPrefill.set(engine.longInPrefill);
-    setPrefillRate(metrics, pool, prefillRate);
   }
 }
 

@@ -72,9 +72,9 @@ function setup() {
     now: Date.now,
     changed: () => (changes += 1),
   });
-  const gauge = async (engineName: string) =>
-    (await metrics.inflight.get()).values.find((v) => v.labels['engine'] === engineName)?.value;
-  return { ledger, engine, gauge, changes: () => changes };
+  const gauge = async (engineName: string, of = metrics.inflight) =>
+    (await of.get()).values.find((v) => v.labels['engine'] === engineName)?.value;
+  return { ledger, engine, gauge, metrics, changes: () => changes };
 }
 
 describe('in-flight ledger', () => {
@@ -105,15 +105,25 @@ describe('in-flight ledger', () => {
   });
 
   it('tracks a long prompt in flight and in prefill until its first byte and its end', async () => {
-    const { ledger, engine } = setup();
+    const { ledger, engine, gauge, metrics } = setup();
     const a = engine('a');
+    const longGauges = async () => [
+      await gauge('a', metrics.longInflight),
+      await gauge('a', metrics.longInPrefill),
+    ];
     const taken = await take(payload(50_000));
     const entry = ledger.begin(taken.job, taken.token, a, payload(50_000), true);
     expect([a.longInflight, a.longInPrefill]).toEqual([1, 1]);
-    entry.work.firstByte(Date.now());
+    expect(await longGauges()).toEqual([1, 1]);
+    // Two seconds of prefill: a measurable rate, whatever the clock read at release.
+    entry.work.firstByte(Date.now() + 2000);
     expect([a.longInflight, a.longInPrefill]).toEqual([1, 0]);
+    expect(await longGauges()).toEqual([1, 0]);
+    // The stream's first byte measured the prefill rate: the pool's gauge shows it.
+    expect((await metrics.prefillRate.get()).values[0]?.value).toBeGreaterThan(0);
     ledger.complete(entry);
     expect([a.longInflight, a.inflight]).toEqual([0, 0]);
+    expect([...(await longGauges()), await gauge('a')]).toEqual([0, 0, 0]);
   });
 
   it('ignores the completion of an entry a newer run of the same job replaced', async () => {
