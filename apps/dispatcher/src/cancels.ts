@@ -4,9 +4,11 @@
 // listens (`cancelled` for a client that went, `dispatcher_lost` for a job whose lock this
 // dispatcher lost).
 import type { RejectReason } from '@sluice/protocol';
+import { IdTable } from './id-table.js';
 
 export class CancelBook {
-  private readonly running = new Map<string, Cancellation>();
+  /** Not a Map: see id-table.ts. */
+  private readonly running = new IdTable<Cancellation>();
   private readonly early = new Map<string, { until: number; error: CancelledError }>();
 
   constructor(

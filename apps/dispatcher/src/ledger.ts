@@ -5,6 +5,7 @@ import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/o
 import type { JobPayload } from '@sluice/protocol';
 import type { Job } from 'bullmq';
 import { setPrefillRate, type EngineSlot } from './engine-slot.js';
+import { IdTable } from './id-table.js';
 import { trackRelease, type PrefillRate, type ReleasedWork } from './prefill-tracker.js';
 
 export interface InflightJob {
@@ -38,7 +39,8 @@ export interface LedgerDeps {
 }
 
 export class InflightLedger {
-  private readonly jobs = new Map<string, InflightJob>();
+  /** Not a Map: see id-table.ts. */
+  private readonly jobs = new IdTable<InflightJob>();
   private idleWaiters: Array<() => void> = [];
   /** Each engine's in-flight series, written on every begin and complete. */
   private readonly engineSeries = new Map<EngineSlot, EngineSeries>();
@@ -53,7 +55,8 @@ export class InflightLedger {
     return this.jobs.get(jobId);
   }
 
-  values(): IterableIterator<InflightJob> {
+  /** The jobs in flight now (an array of its own). */
+  values(): InflightJob[] {
     return this.jobs.values();
   }
 

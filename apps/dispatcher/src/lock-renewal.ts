@@ -32,7 +32,7 @@ export class LockRenewal {
 
   /** One round; resolves when it is done, never rejects. */
   async renew(): Promise<void> {
-    const entries = [...this.deps.ledger.values()];
+    const entries = this.deps.ledger.values();
     if (entries.length === 0) return;
     let failedIds: string[];
     try {

@@ -92,7 +92,7 @@ export class PoolStats {
         oldestQueuedMs,
         longs: longPromptStats({
           held: this.deps.holding.held.longTokens(),
-          released: [...this.deps.ledger.values()].map((j) => j.work),
+          released: this.deps.ledger.values().map((j) => j.work),
           rate: this.deps.prefillRate,
           parallelPrefills:
             engines.filter((e) => e.lane !== 'short').length *

@@ -57,7 +57,7 @@ export class Reach {
   }
 
   private running(): InflightJob[] {
-    return this.deps.ledgers().flatMap((l) => [...l.values()]);
+    return this.deps.ledgers().flatMap((l) => l.values());
   }
 
   private cancelWhere(

@@ -21,6 +21,7 @@ import {
   type StartInfo,
 } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
+import { IdTable } from './id-table.js';
 
 export interface RelaySink {
   publish(channel: string, message: Buffer): void;
@@ -139,10 +140,15 @@ const bundle = (frames: Buffer[]) => (frames.length === 1 ? frames[0]! : encodeB
 
 /** Owns the flush turn and the liveness timer for every relay of a dispatcher. */
 export class RelayHub {
-  private readonly due = new Set<ReplyRelay>();
-  private readonly live = new Set<ReplyRelay>();
+  // The relays with data to flush and the frames made in this turn are new tables each turn,
+  // and the open relays are an IdTable, never a Set or a Map that is cleared or churned: V8
+  // keeps every table a Map or Set replaced, with what it held, alive from the old one
+  // (id-table.ts).
+  private due = new Set<ReplyRelay>();
+  /** Open relays by job id. */
+  private readonly live = new IdTable<ReplyRelay>();
   /** Frames made in this turn, per replica channel, in the order they were made. */
-  private readonly outbox = new Map<string, Buffer[]>();
+  private outbox = new Map<string, Buffer[]>();
   private flushScheduled = false;
   /** Waiting for this turn's frames to be written (see `written`). */
   private writtenWaiters: Array<() => void> = [];
@@ -163,13 +169,13 @@ export class RelayHub {
   /** `whole`: a non-streaming answer, sent in one message at its end. */
   open(jobId: string, channel: string, whole = false): ReplyRelay {
     const relay = new ReplyRelay(jobId, channel, this, this.now(), whole);
-    this.live.add(relay);
+    this.live.set(jobId, relay);
     return relay;
   }
 
   close(relay: ReplyRelay): void {
     relay.flush();
-    this.live.delete(relay);
+    if (this.live.get(relay.jobId) === relay) this.live.delete(relay.jobId);
     this.due.delete(relay);
   }
 
@@ -211,13 +217,16 @@ export class RelayHub {
 
   private flush(): void {
     // Still marked as scheduled while relays flush their data into the outbox below.
-    for (const r of this.due) r.flush();
-    this.due.clear();
+    const due = this.due;
+    this.due = new Set();
+    for (const r of due) r.flush();
+    const outbox = this.outbox;
+    this.outbox = new Map();
     // Each PUBLISH is written at once: the `command` role leaves PUBLISH out of its
     // auto-pipelining (libs/redis connect.ts). An ioredis pipeline object per flush did the
     // same in one write, but those objects outlive a young-generation collection and were
     // the largest share of what the dispatcher promoted (docs/performance.md).
-    for (const [channel, frames] of this.outbox) {
+    for (const [channel, frames] of outbox) {
       let first = 0;
       let bytes = 0;
       frames.forEach((frame, i) => {
@@ -230,7 +239,6 @@ export class RelayHub {
       });
       this.send(channel, bundle(frames.slice(first)));
     }
-    this.outbox.clear();
     this.flushScheduled = false;
     const waiters = this.writtenWaiters;
     this.writtenWaiters = [];
@@ -259,6 +267,6 @@ export class RelayHub {
 
   private sendLiveness(): void {
     const now = this.now();
-    for (const relay of this.live) relay.alive(now);
+    for (const relay of this.live.values()) relay.alive(now);
   }
 }
