@@ -1,11 +1,10 @@
 // A table of values by string id, for what comes and goes with every request (the jobs in
 // flight, their cancellations, their relays). Not a Map or a Set: V8 (Node 20) links a Map's
 // or Set's hash table to the table that replaces it when it grows, shrinks, rehashes or is
-// cleared, and the old table keeps its entries. Every full collection moves the live table to
-// the old generation; from then on each table after it, and every value it held, is reachable
-// from that old table, so the young-generation collector keeps it and promotes it until the
-// next full collection. With a request's objects as the values, whole requests were promoted:
-// the dispatcher promoted about 400-500 KB per young-generation collection at 4 connections,
+// cleared. Once one such table is in the old generation, each later one, and what it held, is
+// reachable from there, so the young-generation collector keeps and promotes it until the next
+// full collection. With a request's objects as the values, whole requests were promoted: the
+// dispatcher promoted about 400-500 KB per young-generation collection at 4 connections,
 // against 17 KB for a plain BullMQ worker, and ran a full collection every second
 // (docs/performance.md, "Promoted by a Map's old tables"). An object in dictionary mode has no
 // such link.
