@@ -45,7 +45,9 @@ export class ReplyRelay {
     private readonly hub: RelayHub,
     now: number,
     /** A non-streaming answer: its frames go out together at the end. */
-    private readonly whole = false,
+    private readonly whole: boolean,
+    /** Its key among the hub's open relays: unique, where a job id may run again. */
+    readonly key: string,
   ) {
     this.lastSentAt = now;
   }
@@ -145,8 +147,9 @@ export class RelayHub {
   // keeps every table a Map or Set replaced, with what it held, alive from the old one
   // (id-table.ts).
   private due = new Set<ReplyRelay>();
-  /** Open relays by job id. */
+  /** Open relays by their key. */
   private readonly live = new IdTable<ReplyRelay>();
+  private opened = 0;
   /** Frames made in this turn, per replica channel, in the order they were made. */
   private outbox = new Map<string, Buffer[]>();
   private flushScheduled = false;
@@ -168,14 +171,15 @@ export class RelayHub {
 
   /** `whole`: a non-streaming answer, sent in one message at its end. */
   open(jobId: string, channel: string, whole = false): ReplyRelay {
-    const relay = new ReplyRelay(jobId, channel, this, this.now(), whole);
-    this.live.set(jobId, relay);
+    const key = `r${(this.opened += 1)}`;
+    const relay = new ReplyRelay(jobId, channel, this, this.now(), whole, key);
+    this.live.set(key, relay);
     return relay;
   }
 
   close(relay: ReplyRelay): void {
     relay.flush();
-    if (this.live.get(relay.jobId) === relay) this.live.delete(relay.jobId);
+    this.live.delete(relay.key);
     this.due.delete(relay);
   }
 
