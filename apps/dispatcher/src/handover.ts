@@ -49,6 +49,7 @@ export async function recordOutcome(
   fetchNext: boolean,
 ): Promise<Job | undefined> {
   const { job, token } = entry;
+  entry.recorded = true;
   let next: unknown;
   try {
     next =

@@ -124,7 +124,10 @@ export class JobRunner {
   private async runJob(entry: InflightJob): Promise<RunOutcome | undefined> {
     const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
     const { job, token, engine, payload, work, id: jobId } = entry;
-    const skip = (reason: string) => this.discard(job, token, reason).then(() => undefined);
+    const skip = (reason: string) => {
+      entry.recorded = true;
+      return this.discard(job, token, reason).then(() => undefined);
+    };
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
     const cancellation = cancels.register(jobId);
     const why = cancellation.reason;

@@ -20,6 +20,11 @@ export interface InflightJob {
   callStartedAt?: number;
   /** When the first byte of the engine's response body arrived. */
   firstByteAt?: number;
+  /**
+   * Its outcome was sent to BullMQ (completed or failed): the lock goes with it, so a lock that
+   * cannot be extended from then on was not lost (lock-renewal.ts).
+   */
+  recorded?: true;
 }
 
 /**

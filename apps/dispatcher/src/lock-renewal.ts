@@ -2,13 +2,16 @@
 // `extendJobLocks` for all of them. A lock that could not be extended (BullMQ returns the ids
 // it failed for: the lock expired, or another token holds it) means the job is no longer
 // this dispatcher's: the stalled check fails it, or another dispatcher took it. `lost` is
-// told, once per job.
+// told, once per job. A job whose outcome was already sent to BullMQ is never lost: the
+// completion takes the lock with it, and on the same connection it may run before the
+// extension while the ledger still holds the job (the completion's answer is still on its way
+// through BullMQ's promises); its run has ended, so there is nothing to stop either.
 import type { Worker } from 'bullmq';
 import type { InflightJob, InflightLedger } from './ledger.js';
 
 export interface LockRenewalDeps {
   worker: Pick<Worker, 'extendJobLocks'>;
-  ledger: InflightLedger;
+  ledger: Pick<InflightLedger, 'values' | 'get'>;
   lockDurationMs: number;
   lost: (entry: InflightJob) => void;
   /** Redis did not answer: the locks may still hold; the next round tries again. */
@@ -47,8 +50,9 @@ export class LockRenewal {
     }
     const failed = new Set(failedIds);
     for (const entry of entries) {
+      if (!failed.has(entry.id) || entry.recorded) continue;
       // Ended while the call was on the wire (its lock went with it): nothing was lost.
-      if (!failed.has(entry.id) || this.deps.ledger.get(entry.id) !== entry) continue;
+      if (this.deps.ledger.get(entry.id) !== entry) continue;
       if (this.reported.has(entry)) continue;
       this.reported.add(entry);
       this.deps.lost(entry);

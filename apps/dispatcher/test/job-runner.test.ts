@@ -250,6 +250,8 @@ describe('job runner', () => {
     const { job, entry } = await take({ alive: false });
     await runAndRecord(entry);
     expect(await queue.getJobState(job.id!)).toBe('failed');
+    // Its lock went with the failure: a lock renewal must not take it for lost.
+    expect(entry.recorded).toBe(true);
     expect(await skipped('client_gone')).toBe(gone + 1);
     expect((await sim.state()).receivedTotal).toBe(before);
   });
