@@ -74,6 +74,9 @@ describe('dispatcher faults', () => {
       const sigtermAt = Date.now();
       await leader.stop('SIGTERM');
       expect(leader.process.child.exitCode).toBe(0);
+      // A handover on purpose, logged as one: a rolling update raises no warning.
+      expect(leader.process.output.filter((l) => l.includes('lease handed over'))).toHaveLength(1);
+      expect(leader.process.output.filter((l) => l.includes('lease lost'))).toEqual([]);
       const acquired = await standby.process.waitForLine(/"time":(\d+),.*"msg":"lease acquired/);
       // For the operator's figures (both clocks are this machine's); speed is not asserted.
       console.info(

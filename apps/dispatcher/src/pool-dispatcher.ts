@@ -359,7 +359,9 @@ export class PoolDispatcher {
   }
 
   private onLost(): void {
-    this.deps.log.warn({ pool: this.pool.name }, 'lease lost: stopped releasing');
+    // Closing hands the lease over on purpose (a rolling update): nothing for an operator.
+    if (this.closing) this.deps.log.info({ pool: this.pool.name }, 'lease handed over: closing');
+    else this.deps.log.warn({ pool: this.pool.name }, 'lease lost: stopped releasing');
     this.deps.metrics.leader.set({ pool: this.pool.name }, 0);
     this.releasing = false;
     this.holding.forget();
