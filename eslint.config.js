@@ -3,6 +3,17 @@
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
+const noFocusedOrSkippedTests = [
+  {
+    selector: "CallExpression[callee.property.name='only']",
+    message: 'No focused tests on main.',
+  },
+  {
+    selector: "CallExpression[callee.property.name='skip']",
+    message: 'No skipped tests on main.',
+  },
+];
+
 export default tseslint.config(
   { ignores: ['**/dist/**', '**/node_modules/**', '.nx/**', 'bench/results/**'] },
   js.configs.recommended,
@@ -16,15 +27,22 @@ export default tseslint.config(
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_' },
       ],
+      'no-restricted-syntax': ['error', ...noFocusedOrSkippedTests],
+    },
+  },
+  {
+    // Sources only: a getter or setter in an object literal made per request is a measured
+    // cost (docs/performance.md, "An accessor in a literal"); use a class.
+    files: ['apps/*/src/**/*.ts', 'libs/*/src/**/*.ts'],
+    rules: {
       'no-restricted-syntax': [
         'error',
+        ...noFocusedOrSkippedTests,
         {
-          selector: "CallExpression[callee.property.name='only']",
-          message: 'No focused tests on main.',
-        },
-        {
-          selector: "CallExpression[callee.property.name='skip']",
-          message: 'No skipped tests on main.',
+          selector:
+            "ObjectExpression > Property[kind='get'], ObjectExpression > Property[kind='set']",
+          message:
+            'An accessor in an object literal: V8 allocates its accessor pair in the old generation each time, which keeps the closure and its context through young collections. Use a class (its accessors live on the prototype).',
         },
       ],
     },

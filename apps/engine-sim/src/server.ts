@@ -297,6 +297,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
   return {
     app,
     engine,
+    // eslint-disable-next-line no-restricted-syntax -- made once per server, not per request
     get faults() {
       return faults;
     },

@@ -249,6 +249,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
       await inFlight;
       await client.destroy();
     },
+    // eslint-disable-next-line no-restricted-syntax -- made once per observer, not per scrape
     get state() {
       return state;
     },
