@@ -187,7 +187,8 @@ export class FairShare {
     this.dirty = true;
     const labels = { pool: this.deps.pool, tenant };
     this.deps.metrics.tenantReleased.inc(labels);
-    this.deps.metrics.tenantTokens.inc({ ...labels, kind: 'input' }, input);
+    // Named, not `{ ...labels, kind }` (docs/performance.md, "A property after a spread").
+    this.deps.metrics.tenantTokens.inc({ pool: this.deps.pool, tenant, kind: 'input' }, input);
     this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
     this.deps.metrics.tenantInflight.set(labels, this.inflight.get(tenant)!);
   }

@@ -1,7 +1,13 @@
 // The mechanics of holding jobs back (the why is in held-jobs.ts, the choosing in
 // `@sluice/admission`'s release order): moving a job to the delayed set and back, adopting a
 // predecessor's held jobs, and dropping the ones whose client went.
-import { classify, nextToPromote, type OrderContext, type WaitReason } from '@sluice/admission';
+import {
+  classify,
+  nextToPromote,
+  withHeld,
+  type OrderContext,
+  type WaitReason,
+} from '@sluice/admission';
 import type { LongPromptConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { validateJobPayload, type JobPayload } from '@sluice/protocol';
@@ -35,7 +41,7 @@ export class Holding {
 
   /** The release order's view, held jobs included. */
   context(now: number): OrderContext {
-    return { ...this.deps.context(now), held: this.held.ordered() };
+    return withHeld(this.deps.context(now), this.held.ordered());
   }
 
   /** A job the loop took back (after a promotion, or BullMQ's own move at its deadline). */

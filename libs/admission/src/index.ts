@@ -51,6 +51,7 @@ export {
   releaseVerdict,
   shortsHeld,
   waitReasons,
+  withHeld,
   type OrderContext,
   type QueuedPrompt,
   type Verdict,

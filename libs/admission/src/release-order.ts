@@ -96,9 +96,21 @@ export function nextToPromote<T extends QueuedPrompt>(
   held: readonly T[],
   ctx: Omit<OrderContext, 'held'>,
 ): T | undefined {
-  const full = { ...ctx, held };
+  const full = withHeld(ctx, held);
   for (const h of held) if (releaseVerdict(h, full).go) return h;
   return undefined;
+}
+
+/**
+ * `ctx` with `held`, field by field. Not `{ ...ctx, held }`: on Node 20 a property added after
+ * a leading spread makes a new hidden class on every evaluation, and this runs for every
+ * released job (docs/performance.md, "A property after a spread").
+ */
+export function withHeld(
+  ctx: Omit<OrderContext, 'held'>,
+  held: readonly QueuedPrompt[],
+): OrderContext {
+  return { engines: ctx.engines, held, policy: ctx.policy, gate: ctx.gate, now: ctx.now };
 }
 
 /**

@@ -10,6 +10,7 @@ import {
   comesBefore,
   nextToPromote,
   releaseVerdict,
+  withHeld,
   type OrderContext,
   type QueuedPrompt,
 } from '../src/release-order.ts';
@@ -307,5 +308,28 @@ describe('release order (properties)', () => {
     );
     // The situation really arose: aged long prompts went ahead of held short ones.
     expect(heldForIt).toBeGreaterThan(5);
+  });
+});
+
+describe('withHeld', () => {
+  it('is the context with the held prompts, every field kept', () => {
+    const engines: PrefillView[] = [];
+    const ctx: Omit<OrderContext, 'held'> = {
+      engines,
+      policy: {
+        thresholdTokens: THRESHOLD,
+        maxShare: 0.5,
+        maxInPrefill: 1,
+        agingSeconds: 60,
+        kvFit: true,
+      },
+      gate,
+      now: 1234,
+    };
+    const held: QueuedPrompt[] = [{ promptTokens: 9000, long: true, priority: 0, enqueuedAt: 1 }];
+    const full = withHeld(ctx, held);
+    expect(full).toEqual({ ...ctx, held });
+    expect(full.held).toBe(held);
+    expect(full.engines).toBe(engines);
   });
 });
