@@ -106,11 +106,11 @@ export class ReplyRelay {
       type: 'start',
       jobId: this.jobId,
       seq: this.seq++,
-      // Named, not `{ ...info, sentAfterMs }`: on Node 20 a property added after a leading
-      // spread makes a new hidden class on every evaluation, old garbage that kept each
+      // The spread last, not `{ ...info, sentAfterMs }`: on Node 20 a property added after a
+      // leading spread makes a new hidden class on every evaluation, old garbage that kept each
       // request's objects through young collections (docs/performance.md, "A property after a
-      // spread").
-      info: { engine: info.engine, loadState: info.loadState, sentAfterMs },
+      // spread"). Spread, so that a field StartInfo gains still travels.
+      info: { sentAfterMs, ...info },
     });
   }
 
