@@ -61,6 +61,13 @@ const CONNECTIONS = [1, 2, 4, 6, 8, 12, 16, 32, 64];
 /** The steps of the two-tenant run. */
 const TENANT_CONNECTIONS = [16, 32];
 const STEP_SECONDS = 3;
+/**
+ * Rounds of each step, direct and Sluice alternating, whose median makes the step's figures.
+ * A step's p99 is its thirtieth-slowest request or so at 1,000 req/s: one stall of this shared
+ * machine (docs/performance.md) moved a single round's added p99 by several ms, and the
+ * highest rate under the limit between 454 and 1,300 req/s from run to run on unchanged code.
+ */
+const ROUNDS = 3;
 const ADDED_P99_LIMIT_MS = 10;
 /** The throughput goals (issue #14): non-streaming, instant engine, on this 2-core machine. */
 const RATE_GOALS: Partial<Record<number, number>> = { 16: 1500, 32: 2000 };
@@ -138,6 +145,8 @@ async function alternate(n: number, stream: boolean) {
   }
   return { direct: summarize(direct), sluice: summarize(sluice) };
 }
+
+type Step = Awaited<ReturnType<typeof load>>;
 
 /** One closed-loop autocannon step: achieved requests/s, latency p99 in ms, failures. */
 function load(url: string, connections: number, bearer?: string) {
@@ -217,7 +226,11 @@ async function oneAtATime(figures: Figure[], runs: NonNullable<ScenarioResult['r
   }
 }
 
-async function sustained(figures: Figure[], notes: string[]) {
+async function sustained(
+  figures: Figure[],
+  notes: string[],
+  runs: NonNullable<ScenarioResult['runs']>,
+) {
   const client = new Redis(redis.url);
   const pids = {
     gateway: gateway.process.child.pid!,
@@ -233,31 +246,58 @@ async function sustained(figures: Figure[], notes: string[]) {
   const peak = { direct: 0, sluice: 0 };
   let passed = true;
   for (const connections of CONNECTIONS) {
-    const direct = await load(sim.url, connections);
-    const start = cpu();
-    const sluice = await load(gateway.url, connections);
-    cpu().forEach((s, i) => (used[i]! += s - start[i]!));
-    requests += sluice.rate * STEP_SECONDS;
-    peak.direct = Math.max(peak.direct, direct.rate);
-    peak.sluice = Math.max(peak.sluice, sluice.rate);
-    expect(direct.failed + sluice.failed, 'failed requests').toBe(0);
-    const added = sluice.p99 - direct.p99;
-    passed &&= added <= ADDED_P99_LIMIT_MS;
-    if (passed) sustainedRate = sluice.rate;
+    const rounds: { direct: Step; sluice: Step }[] = [];
+    for (let r = 0; r < ROUNDS; r += 1) {
+      const direct = await load(sim.url, connections);
+      const start = cpu();
+      const sluice = await load(gateway.url, connections);
+      cpu().forEach((s, i) => (used[i]! += s - start[i]!));
+      requests += sluice.rate * STEP_SECONDS;
+      expect(direct.failed + sluice.failed, 'failed requests').toBe(0);
+      rounds.push({ direct, sluice });
+    }
     const at = `${connections} connection${connections > 1 ? 's' : ''}`;
+    /** The median over the rounds of one per-round figure; its spread goes into `runs`. */
+    const across = (of: string, unit: string, pick: (round: (typeof rounds)[number]) => number) => {
+      const s = summarize(rounds.map(pick));
+      runs.push({
+        n: ROUNDS,
+        min: round(s.min),
+        median: round(s.median),
+        max: round(s.max),
+        unit,
+        of: `${of}, ${at}`,
+      });
+      return s.median;
+    };
+    const directRate = summarize(rounds.map((r) => r.direct.rate)).median;
+    const sluiceRate = across('Sluice rate', 'req/s', (r) => r.sluice.rate);
+    const added = across('added p99', 'ms', (r) => r.sluice.p99 - r.direct.p99);
+    peak.direct = Math.max(peak.direct, directRate);
+    peak.sluice = Math.max(peak.sluice, sluiceRate);
+    passed &&= added <= ADDED_P99_LIMIT_MS;
+    if (passed) sustainedRate = sluiceRate;
     figures.push(
-      { name: `direct rate, ${at}`, value: round(direct.rate, 0), unit: 'req/s' },
+      { name: `direct rate, ${at}`, value: round(directRate, 0), unit: 'req/s' },
       {
         name: `Sluice rate, ${at}`,
-        value: round(sluice.rate, 0),
+        value: round(sluiceRate, 0),
         unit: 'req/s',
         ...(RATE_GOALS[connections] !== undefined && {
           goal: `>= ${RATE_GOALS[connections]!.toLocaleString('en')} req/s`,
-          met: sluice.rate >= RATE_GOALS[connections]!,
+          met: sluiceRate >= RATE_GOALS[connections]!,
         }),
       },
-      { name: `direct p99, ${at}`, value: round(direct.p99), unit: 'ms' },
-      { name: `Sluice p99, ${at}`, value: round(sluice.p99), unit: 'ms' },
+      {
+        name: `direct p99, ${at}`,
+        value: round(summarize(rounds.map((r) => r.direct.p99)).median),
+        unit: 'ms',
+      },
+      {
+        name: `Sluice p99, ${at}`,
+        value: round(summarize(rounds.map((r) => r.sluice.p99)).median),
+        unit: 'ms',
+      },
       { name: `added p99, ${at}`, value: round(added), unit: 'ms' },
     );
   }
@@ -499,11 +539,11 @@ it('measures the latency Sluice adds, one request at a time and under sustained 
   const runs: NonNullable<ScenarioResult['runs']> = [];
   const notes = [
     `One at a time: ${WARMUP} warm-up requests, then ${RUNS} runs of ${REQUESTS} requests alternating direct and Sluice (undici, one keep-alive connection each); p50/p99 figures are the median over the runs.`,
-    `Sustained load: autocannon, closed loop, ${CONNECTIONS.join('/')} connections for ${STEP_SECONDS} s each, direct then Sluice; added p99 compares the two at the same concurrency. autocannon's rate limit (overallRate) is a per-connection quota per second that each connection spends in one burst at the start of the second, so a run at a "rate" would measure a closed loop at that many connections anyway.`,
+    `Sustained load: autocannon, closed loop, ${CONNECTIONS.join('/')} connections, ${ROUNDS} rounds of ${STEP_SECONDS} s each, direct then Sluice in every round; added p99 compares the two at the same concurrency in the same round, and each step's figures are the medians over its rounds (their spread is under 'Noise of repeated runs'). autocannon's rate limit (overallRate) is a per-connection quota per second that each connection spends in one burst at the start of the second, so a run at a "rate" would measure a closed loop at that many connections anyway.`,
     'Everything (load generator, gateway, dispatcher, Redis, engine simulator) shares this machine: CPU per request shows where the time goes.',
   ];
   await oneAtATime(figures, runs);
-  await sustained(figures, notes);
+  await sustained(figures, notes, runs);
   const result: ScenarioResult = {
     scenario: 'overhead',
     title: 'Overhead: direct to the engine against through Sluice',
@@ -514,4 +554,5 @@ it('measures the latency Sluice adds, one request at a time and under sustained 
   await whereTheTimeGoes(result);
   await withTenants(figures, notes);
   writeResult(result);
-});
+  // Three rounds of nine load steps, both paths: about four minutes in all.
+}, 600_000);
