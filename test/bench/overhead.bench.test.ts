@@ -69,6 +69,8 @@ const STEP_SECONDS = 3;
  */
 const ROUNDS = 3;
 const ADDED_P99_LIMIT_MS = 10;
+/** The whole scenario: three rounds of nine load steps on both paths make most of its ~4 min. */
+const SCENARIO_TIMEOUT_MS = 600_000;
 /** The throughput goals (issue #14): non-streaming, instant engine, on this 2-core machine. */
 const RATE_GOALS: Partial<Record<number, number>> = { 16: 1500, 32: 2000 };
 /** Per request: Redis commands, and CPU of gateway + dispatcher + Redis (ms). */
@@ -147,6 +149,24 @@ async function alternate(n: number, stream: boolean) {
 }
 
 type Step = Awaited<ReturnType<typeof load>>;
+type Runs = NonNullable<ScenarioResult['runs']>;
+
+/**
+ * The median of one figure over repeated runs or rounds; with `spread`, its lowest, median and
+ * highest go into the result's `runs` (the report's "Noise of repeated runs").
+ */
+function medianOf(values: number[], spread?: { runs: Runs; of: string; unit: string }): number {
+  const s = summarize(values);
+  spread?.runs.push({
+    n: values.length,
+    min: round(s.min),
+    median: round(s.median),
+    max: round(s.max),
+    unit: spread.unit,
+    of: spread.of,
+  });
+  return s.median;
+}
 
 /** One closed-loop autocannon step: achieved requests/s, latency p99 in ms, failures. */
 function load(url: string, connections: number, bearer?: string) {
@@ -183,26 +203,14 @@ async function redisCalls(client: Redis): Promise<Map<string, number>> {
   return calls;
 }
 
-async function oneAtATime(figures: Figure[], runs: NonNullable<ScenarioResult['runs']>) {
+async function oneAtATime(figures: Figure[], runs: Runs) {
   for (const stream of [false, true]) {
     const mode = stream ? 'streaming, time to first byte' : 'non-streaming';
     await alternate(WARMUP, stream);
     const each: Awaited<ReturnType<typeof alternate>>[] = [];
     for (let r = 0; r < RUNS; r += 1) each.push(await alternate(REQUESTS, stream));
-    /** The median over the runs of one per-run figure; its spread goes into `runs`. */
-    const across = (of: string, pick: (run: (typeof each)[number]) => number, noise = true) => {
-      const s = summarize(each.map(pick));
-      if (noise)
-        runs.push({
-          n: RUNS,
-          min: round(s.min),
-          median: round(s.median),
-          max: round(s.max),
-          unit: 'ms',
-          of: `${of}, ${mode}`,
-        });
-      return s.median;
-    };
+    const across = (of: string, pick: (run: (typeof each)[number]) => number, noise = true) =>
+      medianOf(each.map(pick), noise ? { runs, of: `${of}, ${mode}`, unit: 'ms' } : undefined);
     const direct50 = across('direct p50', (run) => run.direct.p50);
     const sluice50 = across('Sluice p50', (run) => run.sluice.p50);
     const added50 = across('added p50', (run) => run.sluice.p50 - run.direct.p50);
@@ -226,11 +234,7 @@ async function oneAtATime(figures: Figure[], runs: NonNullable<ScenarioResult['r
   }
 }
 
-async function sustained(
-  figures: Figure[],
-  notes: string[],
-  runs: NonNullable<ScenarioResult['runs']>,
-) {
+async function sustained(figures: Figure[], notes: string[], runs: Runs) {
   const client = new Redis(redis.url);
   const pids = {
     gateway: gateway.process.child.pid!,
@@ -257,20 +261,9 @@ async function sustained(
       rounds.push({ direct, sluice });
     }
     const at = `${connections} connection${connections > 1 ? 's' : ''}`;
-    /** The median over the rounds of one per-round figure; its spread goes into `runs`. */
-    const across = (of: string, unit: string, pick: (round: (typeof rounds)[number]) => number) => {
-      const s = summarize(rounds.map(pick));
-      runs.push({
-        n: ROUNDS,
-        min: round(s.min),
-        median: round(s.median),
-        max: round(s.max),
-        unit,
-        of: `${of}, ${at}`,
-      });
-      return s.median;
-    };
-    const directRate = summarize(rounds.map((r) => r.direct.rate)).median;
+    const across = (of: string, unit: string, pick: (round: (typeof rounds)[number]) => number) =>
+      medianOf(rounds.map(pick), { runs, of: `${of}, ${at}`, unit });
+    const directRate = medianOf(rounds.map((r) => r.direct.rate));
     const sluiceRate = across('Sluice rate', 'req/s', (r) => r.sluice.rate);
     const added = across('added p99', 'ms', (r) => r.sluice.p99 - r.direct.p99);
     peak.direct = Math.max(peak.direct, directRate);
@@ -290,12 +283,12 @@ async function sustained(
       },
       {
         name: `direct p99, ${at}`,
-        value: round(summarize(rounds.map((r) => r.direct.p99)).median),
+        value: round(medianOf(rounds.map((r) => r.direct.p99))),
         unit: 'ms',
       },
       {
         name: `Sluice p99, ${at}`,
-        value: round(summarize(rounds.map((r) => r.sluice.p99)).median),
+        value: round(medianOf(rounds.map((r) => r.sluice.p99))),
         unit: 'ms',
       },
       { name: `added p99, ${at}`, value: round(added), unit: 'ms' },
@@ -534,25 +527,28 @@ async function whereTheTimeGoes(result: ScenarioResult) {
   ].join(' ');
 }
 
-it('measures the latency Sluice adds, one request at a time and under sustained load', async () => {
-  const figures: Figure[] = [];
-  const runs: NonNullable<ScenarioResult['runs']> = [];
-  const notes = [
-    `One at a time: ${WARMUP} warm-up requests, then ${RUNS} runs of ${REQUESTS} requests alternating direct and Sluice (undici, one keep-alive connection each); p50/p99 figures are the median over the runs.`,
-    `Sustained load: autocannon, closed loop, ${CONNECTIONS.join('/')} connections, ${ROUNDS} rounds of ${STEP_SECONDS} s each, direct then Sluice in every round; added p99 compares the two at the same concurrency in the same round, and each step's figures are the medians over its rounds (their spread is under 'Noise of repeated runs'). autocannon's rate limit (overallRate) is a per-connection quota per second that each connection spends in one burst at the start of the second, so a run at a "rate" would measure a closed loop at that many connections anyway.`,
-    'Everything (load generator, gateway, dispatcher, Redis, engine simulator) shares this machine: CPU per request shows where the time goes.',
-  ];
-  await oneAtATime(figures, runs);
-  await sustained(figures, notes, runs);
-  const result: ScenarioResult = {
-    scenario: 'overhead',
-    title: 'Overhead: direct to the engine against through Sluice',
-    figures,
-    runs,
-    notes,
-  };
-  await whereTheTimeGoes(result);
-  await withTenants(figures, notes);
-  writeResult(result);
-  // Three rounds of nine load steps, both paths: about four minutes in all.
-}, 600_000);
+it(
+  'measures the latency Sluice adds, one request at a time and under sustained load',
+  async () => {
+    const figures: Figure[] = [];
+    const runs: Runs = [];
+    const notes = [
+      `One at a time: ${WARMUP} warm-up requests, then ${RUNS} runs of ${REQUESTS} requests alternating direct and Sluice (undici, one keep-alive connection each); p50/p99 figures are the median over the runs.`,
+      `Sustained load: autocannon, closed loop, ${CONNECTIONS.join('/')} connections, ${ROUNDS} rounds of ${STEP_SECONDS} s each, direct then Sluice in every round; added p99 compares the two at the same concurrency in the same round, and each step's figures are the medians over its rounds (their spread is under 'Noise of repeated runs'). autocannon's rate limit (overallRate) is a per-connection quota per second that each connection spends in one burst at the start of the second, so a run at a "rate" would measure a closed loop at that many connections anyway.`,
+      'Everything (load generator, gateway, dispatcher, Redis, engine simulator) shares this machine: CPU per request shows where the time goes.',
+    ];
+    await oneAtATime(figures, runs);
+    await sustained(figures, notes, runs);
+    const result: ScenarioResult = {
+      scenario: 'overhead',
+      title: 'Overhead: direct to the engine against through Sluice',
+      figures,
+      runs,
+      notes,
+    };
+    await whereTheTimeGoes(result);
+    await withTenants(figures, notes);
+    writeResult(result);
+  },
+  SCENARIO_TIMEOUT_MS,
+);
