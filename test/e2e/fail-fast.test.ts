@@ -81,6 +81,20 @@ describe('a port that is taken', () => {
   });
 });
 
+describe('a configuration the dispatcher cannot run', () => {
+  it('refuses no pools with exit 2 and one line, as any refused configuration', async () => {
+    const { proc, code } = await sluice(
+      ['dispatcher'],
+      { REDIS_URL: 'redis://127.0.0.1:9', VLLM_URL: '', SLUICE_CONFIG: '', METRICS_PORT: '0' },
+      /sluice dispatcher:/,
+    );
+    expect(code).toBe(2);
+    expect(proc.stderr).toEqual([
+      'sluice dispatcher: no pools configured: set VLLM_URL (one engine) or SLUICE_CONFIG (a pools file)',
+    ]);
+  });
+});
+
 /** `sluice up` on free ports, with the children's logs not echoed. */
 async function upEnv(overrides: Record<string, string>) {
   return {

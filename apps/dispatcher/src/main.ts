@@ -38,17 +38,18 @@ export interface Dispatcher {
 }
 
 export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher> {
+  // Refused before anything is opened, so the command exits 2 with nothing to close.
+  if (config.pools.length === 0)
+    throw new ConfigError(
+      'VLLM_URL',
+      'no pools configured: set VLLM_URL (one engine) or SLUICE_CONFIG (a pools file)',
+    );
   const id = config.dispatcher.id ?? `dispatcher-${randomUUID().slice(0, 8)}`;
   const app = Fastify({
     logger: loggerOptions(config.logLevel, 'dispatcher'),
     logController: new LogController({ disableRequestLogging: true }),
   });
   const log = app.log;
-  if (config.pools.length === 0)
-    throw new ConfigError(
-      'VLLM_URL',
-      'no pools configured: set VLLM_URL (one engine) or SLUICE_CONFIG (a pools file)',
-    );
   if (config.maxInflightSource === 'default')
     log.warn(
       { maxInflight: config.pools[0]?.engines[0]?.maxInflight },
@@ -265,10 +266,10 @@ export async function runDispatcher(): Promise<void> {
   try {
     config = loadConfig(process.env);
   } catch (err) {
+    // A configuration it cannot run (no pools): refused like one loadConfig refuses.
     if (err instanceof ConfigError) {
       process.stderr.write(`sluice dispatcher: ${err.message}\n`);
-      process.exitCode = 2;
-      return;
+      process.exit(2);
     }
     throw err;
   }
@@ -279,6 +280,11 @@ export async function runDispatcher(): Promise<void> {
     if (err instanceof RedisAuthError) {
       process.stderr.write(`sluice dispatcher: ${err.message}\n`);
       process.exit(1);
+    }
+    // A configuration it cannot run (no pools): refused like one loadConfig refuses.
+    if (err instanceof ConfigError) {
+      process.stderr.write(`sluice dispatcher: ${err.message}\n`);
+      process.exit(2);
     }
     throw err;
   }

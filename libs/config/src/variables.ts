@@ -120,7 +120,7 @@ export const VARIABLES = {
   ),
   HOST: v(matching(/^[A-Za-z0-9._:%-]+$/, 'a host name or IP address (IPv6 without brackets)'), {
     fallback: '0.0.0.0',
-    help: 'address the gateway HTTP server listens on',
+    help: 'address the gateway HTTP server and the dispatcher metrics server listen on',
   }),
   PORT: v(integer(0, 65535), {
     fallback: 8080,
