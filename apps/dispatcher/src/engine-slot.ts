@@ -110,7 +110,8 @@ export function observeEngine(
       at: state.scrapedAt,
       inflightAtScrape: deps.onEngineBy(engine, state.scrapeSentAt ?? state.scrapedAt),
     };
-    scraped(engine, state.vllm.kvCapacityTokens);
+    // A request runs on one data-parallel rank, so it has to fit there, not in the sum.
+    scraped(engine, state.vllm.kvRankCapacityTokens);
     samplePrefillRate(deps, engine, state.vllm.prefillTotals);
     metrics.engineRunning.set(labels, state.vllm.running);
     metrics.engineWaiting.set(labels, state.vllm.waiting);

@@ -43,7 +43,11 @@ export interface PrefillView extends EngineView {
   longInflight: number;
   /** Of those, the ones still in prefill (no first byte yet). */
   longInPrefill: number;
-  /** KV-cache size in tokens (`num_gpu_blocks` x `block_size`), when the engine exports it. */
+  /**
+   * KV-cache size in tokens (`num_gpu_blocks` x `block_size`) that one request can count on,
+   * when the engine exports it: with data-parallel ranks, the smallest rank's, since a request
+   * runs on one rank and Sluice does not choose which.
+   */
   kvCapacityTokens?: number;
   /**
    * KV the gauges cannot show yet, in estimated prompt tokens: requests released to the engine
@@ -85,7 +89,9 @@ export function longSlots(engine: PrefillView, policy: LongPromptPolicy): number
 
 /**
  * Free KV tokens on `engine` as of its last fresh scrape, less what was released since; undefined
- * when the capacity or fresh gauges are unknown (the KV rule then follows the fail mode).
+ * when the capacity or fresh gauges are unknown (the KV rule then follows the fail mode). With
+ * data-parallel ranks it is a floor for the fullest one: the smallest rank's capacity at the
+ * fullest rank's usage, so a prompt that fits here fits whichever rank vLLM puts it on.
  */
 export function freeKvTokens(
   engine: PrefillView,

@@ -38,6 +38,13 @@ export interface VllmState {
    */
   kvCapacityTokens?: number;
   /**
+   * The smallest rank's KV-cache size in tokens: what one request can count on, since it runs
+   * on one rank and the API server picks that rank by queue lengths, never by free KV
+   * (`DPLBAsyncMPClient.get_core_engine_for_request`, vllm/v1/engine/core_client.py). Equals
+   * `kvCapacityTokens` with one rank; absent when it is.
+   */
+  kvRankCapacityTokens?: number;
+  /**
    * Sequences the server runs at once: a `max_num_seqs` label on a `vllm:*_info` series,
    * summed over ranks. Absent unless every rank has one (upstream vLLM exports none).
    */
@@ -128,7 +135,7 @@ function sumOverRanks(
  *
  * Data-parallel ranks (the `engine` label) are combined as one server: request counts
  * are summed, KV usage is the maximum (the fullest rank), KV capacity and
- * `max_num_seqs` are summed. Throws `VllmMetricsError` when a required series is
+ * `max_num_seqs` are summed, and the smallest rank's KV capacity is kept beside. Throws `VllmMetricsError` when a required series is
  * missing or holds an impossible value.
  */
 export function readVllmState(exposition: Exposition): VllmState {
@@ -228,7 +235,13 @@ export function readVllmState(exposition: Exposition): VllmState {
     models,
   };
   const kvCapacityTokens = sumOverRanks(capacity, ranks);
-  if (kvCapacityTokens !== undefined) state.kvCapacityTokens = kvCapacityTokens;
+  if (kvCapacityTokens !== undefined) {
+    state.kvCapacityTokens = kvCapacityTokens;
+    state.kvRankCapacityTokens =
+      ranks.size === 1
+        ? kvCapacityTokens
+        : Math.min(...[...ranks].map((rank) => capacity.get(rank)!));
+  }
   const seqs = sumOverRanks(maxNumSeqs, ranks);
   if (seqs !== undefined) state.maxNumSeqs = seqs;
   if (Number.isFinite(promptTokensSum) && Number.isFinite(prefillSecondsSum))

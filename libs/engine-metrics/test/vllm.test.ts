@@ -59,6 +59,7 @@ describe('readVllmState on real vLLM expositions', () => {
       kvUsage: 0.4375623,
       kvMetric: 'vllm:kv_cache_usage_perc',
       kvCapacityTokens: 9527 * 16,
+      kvRankCapacityTokens: 9527 * 16,
       ranks: 1,
       models: [MODEL],
     });
@@ -71,18 +72,20 @@ describe('readVllmState on real vLLM expositions', () => {
       kvUsage: 0.8125,
       kvMetric: 'vllm:gpu_cache_usage_perc',
       kvCapacityTokens: 7455 * 16,
+      kvRankCapacityTokens: 7455 * 16,
       ranks: 1,
       models: [MODEL],
     });
   });
 
-  it('combines two data-parallel ranks: counts summed, KV usage the fullest rank, capacity summed', () => {
+  it('combines two data-parallel ranks: counts summed, KV usage the fullest rank, capacity summed and the smallest kept', () => {
     expect(read(readFixture('vllm-v1-dp2-engine.prom'))).toEqual({
       running: 12 + 4,
       waiting: 3 + 0,
       kvUsage: 0.9162314,
       kvMetric: 'vllm:kv_cache_usage_perc',
       kvCapacityTokens: (9527 + 9461) * 16,
+      kvRankCapacityTokens: 9461 * 16,
       ranks: 2,
       models: [MODEL],
     });
@@ -229,6 +232,22 @@ describe('readVllmState: KV capacity', () => {
   it('takes an unlabelled cache_config_info for a single engine="0" rank', () => {
     const text = [...rankLines('engine="0"', 0, 0, 0), info('block_size="32",num_gpu_blocks="10"')];
     expect(read(text.join('\n')).kvCapacityTokens).toBe(320);
+  });
+
+  it('keeps the smallest rank of those the gauges show, not a rank only an info series names', () => {
+    const text = [
+      ...rankLines('engine="0"', 0, 0, 0),
+      ...rankLines('engine="1"', 0, 0, 0),
+      info('block_size="16",engine="0",num_gpu_blocks="100"'),
+      info('block_size="16",engine="1",num_gpu_blocks="80"'),
+      info('block_size="16",engine="7",num_gpu_blocks="5"'),
+    ];
+    expect(read(text.join('\n'))).toMatchObject({
+      kvCapacityTokens: 180 * 16,
+      kvRankCapacityTokens: 80 * 16,
+    });
+    // Without a capacity for every rank there is neither.
+    expect(read(text.slice(0, -2).join('\n'))).not.toHaveProperty('kvRankCapacityTokens');
   });
 
   it('does not spread one unlabelled cache_config_info over several ranks', () => {
@@ -406,6 +425,7 @@ describe('readVllmState: properties', () => {
             kvUsage: Math.max(...ranks.map((r) => r.kv)),
             kvMetric: kvName,
             kvCapacityTokens: ranks.reduce((s, r) => s + r.blocks * 16, 0),
+            kvRankCapacityTokens: Math.min(...ranks.map((r) => r.blocks * 16)),
             ranks: ranks.length,
             models: [model],
           });
