@@ -278,9 +278,11 @@ describe('access log, x-request-id and response metrics', () => {
 
   it('logs refusals: an unknown model and a missing key, each under its id', async () => {
     const before = await scrape();
-    const unknown = await post('/v1/chat/completions', chatBody({ model: `${MARKER}-model` }), {
-      'x-request-id': 'e2e-404',
-    });
+    const unknown = await post(
+      '/v1/chat/completions',
+      chatBody({ model: `${MARKER}-model`, stream: true }),
+      { 'x-request-id': 'e2e-404' },
+    );
     expect(unknown.status).toBe(404);
     expect(unknown.headers.get('x-request-id')).toBe('e2e-404');
     await unknown.text();
@@ -289,6 +291,8 @@ describe('access log, x-request-id and response metrics', () => {
       tenant: 'alpha',
       status: 404,
       reason: 'model_not_found',
+      // Its body was read: the line says what it asked.
+      stream: true,
     });
 
     const keyless = await fetch(`${gateway.url}/v1/chat/completions`, {
@@ -302,6 +306,7 @@ describe('access log, x-request-id and response metrics', () => {
     const line = await accessLine('e2e-401');
     expect(line).toMatchObject({ model: 'unknown', status: 401, reason: 'invalid_api_key' });
     expect(line).not.toHaveProperty('tenant');
+    expect(line).not.toHaveProperty('stream');
 
     const after = await scrape();
     expect(grew(before, after, [responses('unknown', 404), responses('unknown', 401)])).toEqual({

@@ -69,19 +69,24 @@ export function isCompletionRequest(request: FastifyRequest): boolean {
   return request.method === 'POST' && COMPLETION_PATHS.has(request.routeOptions.url);
 }
 
-/** The end of a request refused before it was held (Fastify answers it). */
+/**
+ * The end of a request refused before it was held (Fastify answers it). `stream`: what its
+ * body asked, once the body was read and understood.
+ */
 export function refusedEnd(
   request: FastifyRequest,
   model: string,
   r: Refusal,
   now: number,
   pool?: string,
+  stream?: boolean,
 ): RequestEnd {
   return {
     id: request.id,
     model,
     pool,
     tenant: request.tenant?.name,
+    stream,
     status: r.status,
     reason: r.reason,
     durationMs: now - request.arrivedAt,

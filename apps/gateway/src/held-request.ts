@@ -81,8 +81,14 @@ export class HeldRequest {
     this.lastFrameAt = enqueuedAt;
   }
 
-  /** Starts the park timer and heartbeats, and watches for the client leaving. */
+  /**
+   * Starts the park timer and heartbeats, and watches for the client leaving. Called before the
+   * add: a client that left while the route awaited (the leader check, the long-prompt wait)
+   * had its 'close' already, so it is gone now, with no job to take back; the caller must not
+   * add one (`state` is `done`).
+   */
   hold(): void {
+    if (this.res.destroyed) return this.left();
     this.parkTimer = setTimeout(() => void this.parkTimeout(), this.hooks.maxParkMs);
     if (this.stream)
       this.heartbeatTimer = setInterval(() => this.heartbeat(), this.hooks.heartbeatMs);
@@ -226,17 +232,38 @@ export class HeldRequest {
     if (this.res.writableLength > this.hooks.slowClientBytes)
       return this.slowClient(`client reads too slowly (${this.res.writableLength} bytes buffered)`);
     if (this.stallTimer) return;
-    this.stallTimer = setTimeout(
-      () =>
-        this.slowClient(
-          `client read nothing for ${this.hooks.slowClientStallMs / 1000} s (SLUICE_SLOW_CLIENT_STALL_SECONDS)`,
-        ),
-      this.hooks.slowClientStallMs,
-    );
-    this.res.once('drain', () => {
-      clearTimeout(this.stallTimer);
+    this.armStall();
+    this.res.once('drain', () => this.disarmStall());
+  }
+
+  private armStall(): void {
+    this.stallTimer ??= setTimeout(() => {
       this.stallTimer = undefined;
-    });
+      // Answered already: no engine request is left to cancel, only the socket and what is
+      // buffered for it.
+      if (this.state === 'done') return void this.res.destroy();
+      this.slowClient(
+        `client read nothing for ${this.hooks.slowClientStallMs / 1000} s (SLUICE_SLOW_CLIENT_STALL_SECONDS)`,
+      );
+    }, this.hooks.slowClientStallMs);
+  }
+
+  private disarmStall(): void {
+    clearTimeout(this.stallTimer);
+    this.stallTimer = undefined;
+  }
+
+  /**
+   * An ended answer stays under the stall limit until the socket has taken its last byte: a
+   * client that stopped reading never takes it, and the server has no idle timeout (main.ts),
+   * so its socket and up to SLUICE_SLOW_CLIENT_BYTES would stay for good. 'close' comes once
+   * the answer is finished, or when the client leaves.
+   */
+  private watchEnded(): void {
+    const res = this.res;
+    if (!res.writableEnded || res.writableLength === 0 || res.destroyed) return this.disarmStall();
+    this.armStall();
+    res.once('close', () => this.disarmStall());
   }
 
   private slowClient(message: string): void {
@@ -259,6 +286,8 @@ export class HeldRequest {
     }
     if (this.stream && status === 200) return this.commitStream();
     this.status = status;
+    // The body is the engine's now, not an event stream: a keep-alive comment would corrupt it.
+    clearInterval(this.heartbeatTimer);
     this.res.writeHead(status, { 'content-type': contentType, ...this.responseHeaders() });
   }
 
@@ -334,12 +363,16 @@ export class HeldRequest {
 
   private async clientGone(): Promise<void> {
     const wasQueued = this.state === 'queued';
+    this.left();
+    await this.takeBack(wasQueued, 'client_gone');
+  }
+
+  private left(): void {
     const r = refusal('cancelled', 'client closed the connection');
     this.status = r.status;
     this.reason = r.reason;
     this.hooks.onRefused(this, r);
     this.finish();
-    await this.takeBack(wasQueued, 'client_gone');
   }
 
   /**
@@ -361,7 +394,7 @@ export class HeldRequest {
     this.state = 'done';
     clearTimeout(this.parkTimer);
     clearInterval(this.heartbeatTimer);
-    clearTimeout(this.stallTimer);
+    this.watchEnded();
     this.hooks.onDone(this, wasQueued);
   }
 }

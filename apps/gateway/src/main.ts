@@ -134,12 +134,12 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     log,
   });
 
-  function refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string) {
+  function refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string, stream?: boolean) {
     metrics.rejected.inc({ model, reason: r.reason });
     const request = reply.request;
     const tenant = request.tenant;
     if (tenant) metrics.tenantRejected.inc({ tenant: tenant.name, reason: r.reason });
-    if (isCompletionRequest(request)) ended(refusedEnd(request, model, r, now(), pool));
+    if (isCompletionRequest(request)) ended(refusedEnd(request, model, r, now(), pool, stream));
     return reply.code(r.status).headers(refusalHeaders(r)).send(refusalBody(r));
   }
 

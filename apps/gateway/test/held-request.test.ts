@@ -7,7 +7,7 @@ import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { keySpace, type Frame, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { eventually, startRedis, type TestRedis } from '@sluice/test/support';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import { HeldRequest, type HeldRequestHooks } from '../src/held-request.ts';
 import { PoolQueue } from '../src/pool-queue.ts';
 import { refusal } from '../src/refuse.ts';
@@ -116,6 +116,15 @@ async function held(jobId: string, h: HeldRequestHooks, stream = true) {
   return { request, answer };
 }
 
+/** A request over a raw socket, which a test can pause or destroy; `res` is the server's side. */
+async function rawClient() {
+  const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+  const socket = connect(port, '127.0.0.1');
+  await once(socket, 'connect');
+  socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}');
+  return { socket, res: await served };
+}
+
 /** A frame without its job id and sequence number (distributed over the union). */
 type FrameBody = Frame extends infer F
   ? F extends Frame
@@ -155,11 +164,8 @@ describe('HeldRequest', () => {
 
   it('records a client that left as 499 cancelled, and cancels its engine request', async () => {
     const h = hooks();
-    const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
-    const socket = connect(port, '127.0.0.1');
-    await once(socket, 'connect');
-    socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}');
-    const request = new HeldRequest('gone', 'm', true, Date.now(), Date.now(), await served, h);
+    const { socket, res } = await rawClient();
+    const request = new HeldRequest('gone', 'm', true, Date.now(), Date.now(), res, h);
     request.hold();
     seq = 0;
     request.onFrame(frame('gone', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
@@ -255,12 +261,9 @@ describe('HeldRequest', () => {
 
   it('cuts a client whose socket has not drained for the stall limit and cancels its engine request', async () => {
     const h = hooks({ slowClientStallMs: 200 });
-    const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
-    const socket = connect(port, '127.0.0.1');
-    await once(socket, 'connect');
-    socket.write('POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}');
+    const { socket, res } = await rawClient();
     socket.pause(); // reads nothing from here on
-    const request = new HeldRequest('slow', 'm', true, Date.now(), Date.now(), await served, h);
+    const request = new HeldRequest('slow', 'm', true, Date.now(), Date.now(), res, h);
     request.hold();
     seq = 0;
     request.onFrame(frame('slow', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
@@ -268,7 +271,6 @@ describe('HeldRequest', () => {
       frame('slow', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
     );
     // The engine keeps producing; the kernel's buffers fill, then the response stops draining.
-    const res = await served;
     const chunk = Buffer.alloc(64 * 1024, 'x');
     const engine = setInterval(() => request.onFrame(frame('slow', { type: 'data', chunk })), 10);
     await h.done.finally(() => clearInterval(engine));
@@ -277,5 +279,74 @@ describe('HeldRequest', () => {
     expect(h.cancels).toEqual([['slow', 'slow_client']]);
     expect(h.refused).toEqual(['slow_client']);
     socket.destroy();
+  });
+
+  it('cuts a client that stopped reading before the end of its answer once the stall limit passes', async () => {
+    const h = hooks({ slowClientStallMs: 200 });
+    const { socket, res } = await rawClient();
+    socket.pause(); // reads nothing from here on
+    const request = new HeldRequest('tail', 'm', false, Date.now(), Date.now(), res, h);
+    request.hold();
+    seq = 0;
+    request.onFrame(frame('tail', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+    request.onFrame(
+      frame('tail', { type: 'head', info: { status: 200, contentType: 'application/json' } }),
+    );
+    // Far more than the kernel buffers for an unread loopback socket, far below the byte bound.
+    request.onFrame(frame('tail', { type: 'data', chunk: Buffer.alloc(64 * 1024 ** 2, 'x') }));
+    const serverSocket = res.socket!;
+    request.onFrame(frame('tail', { type: 'end' }));
+    expect(await h.done).toBe(false);
+    // Still buffered here, past what the kernel took: only a read could take it now.
+    expect(res.writableLength).toBeGreaterThan(0);
+    await once(res, 'close');
+    expect(serverSocket.destroyed).toBe(true);
+    // The engine had answered: nothing to cancel, and the answer stays as sent.
+    expect(h.cancels).toEqual([]);
+    expect(request.status).toBe(200);
+    socket.destroy();
+  });
+
+  it('ends a client that left before hold() at once as 499 cancelled, with no job to take back', async () => {
+    const h = hooks();
+    const { socket, res } = await rawClient();
+    // It leaves while the route still awaits (the leader check): 'close' fires before hold().
+    const closed = once(res, 'close');
+    socket.destroy();
+    await closed;
+    const request = new HeldRequest('early', 'm', true, Date.now(), Date.now(), res, h);
+    request.hold();
+    expect(request.state).toBe('done');
+    expect(await h.done).toBe(true);
+    expect(request.status).toBe(499);
+    expect(request.reason).toBe('cancelled');
+    expect(h.refused).toEqual(['cancelled']);
+    expect(h.cancels).toEqual([]);
+  });
+
+  it('sends no keep-alive into the body of an engine error that went out before the first heartbeat', async () => {
+    // Only the heartbeat's interval is faked: the sockets keep their real timers.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      let heartbeats = 0;
+      const h = hooks({ heartbeatMs: 1000, onHeartbeat: () => (heartbeats += 1) });
+      const { request, answer } = await held('err', h);
+      seq = 0;
+      request.onFrame(frame('err', { type: 'start', info: { engine: 'e', loadState: 'normal' } }));
+      request.onFrame(
+        frame('err', { type: 'head', info: { status: 400, contentType: 'application/json' } }),
+      );
+      vi.advanceTimersByTime(3000); // three heartbeats' worth while the engine's body is due
+      const body = '{"error":{"message":"too long"}}';
+      request.onFrame(frame('err', { type: 'data', chunk: Buffer.from(body) }));
+      request.onFrame(frame('err', { type: 'end' }));
+      const res = await answer;
+      expect(res.status).toBe(400);
+      expect(res.headers.get('content-type')).toBe('application/json');
+      expect(await res.text()).toBe(body);
+      expect(heartbeats).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -95,12 +95,6 @@ export function gatewayMetrics(registry: Registry) {
       help: 'SSE keep-alive comments sent to waiting streams.',
       registers,
     }),
-    framesLost: new Counter({
-      name: 'sluice_frames_lost_total',
-      help: 'Reply streams ended because a frame was missing or the dispatcher went silent.',
-      labelNames: ['reason'],
-      registers,
-    }),
     badFrames: new Counter({
       name: 'sluice_bad_frames_total',
       help: 'Reply frames that did not decode or belonged to no held request.',

@@ -37,10 +37,18 @@ export interface CompletionRoutesOptions {
   heldHooks(pool: PoolQueue, info: HeldInfo): HeldRequestHooks;
   /** A refusal when this replica cannot take the request now (shutting down, Redis lost). */
   admit(kind: 'pool' | 'passthrough'): Refusal | undefined;
-  /** `pool`: the routed pool's name, for the access log. */
-  refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string): FastifyReply;
+  /** `pool`, `stream`: the routed pool's name and what the body asked, for the access log. */
+  refuse(
+    reply: FastifyReply,
+    model: string,
+    r: Refusal,
+    pool?: string,
+    stream?: boolean,
+  ): FastifyReply;
   /** The access log and response metrics of a request answered here by hand (pass-through). */
   ended: RequestEnded;
+  /** How long an add may go unanswered (ENQUEUE_TIMEOUT_MS unless set). */
+  enqueueTimeoutMs?: number;
 }
 
 /**
@@ -83,24 +91,22 @@ export async function completionRoutes(
       const route = routing.router.route(peeked.model);
       // Configured, when routed: the only model strings that become label values.
       const model = modelLabel(peeked.model, route !== undefined);
+      const stream = peeked.stream === true;
+      const refuseRead = (r: Refusal, pool?: string) => refuse(reply, model, r, pool, stream);
       if (!route && !routing.known)
-        return refuse(
-          reply,
-          model,
+        return refuseRead(
           refusal(
             'engine_unreachable',
             "the engine's model names are not known yet (it has not answered /v1/models)",
           ),
         );
       if (!route)
-        return refuse(
-          reply,
-          model,
+        return refuseRead(
           refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`),
         );
       const poolName = route.kind === 'pool' ? route.pool.name : undefined;
       const closed = opts.admit(route.kind);
-      if (closed) return refuse(reply, model, closed, poolName);
+      if (closed) return refuseRead(closed, poolName);
       if (route.kind === 'passthrough') {
         metrics.requests.inc({ model, kind: 'passthrough' });
         reply.hijack();
@@ -111,7 +117,7 @@ export async function completionRoutes(
           model,
           passthrough: true,
           tenant: request.tenant?.name,
-          stream: peeked.stream === true,
+          stream,
           status: answered.status,
           reason: answered.reason,
           durationMs: now() - request.arrivedAt,
@@ -121,20 +127,13 @@ export async function completionRoutes(
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
       const unavailable = () =>
-        refuse(
-          reply,
-          model,
-          refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'),
-          poolName,
-        );
+        refuseRead(refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'), poolName);
       if (!opts.redisUp()) return unavailable();
       // Cached for a second; a miss asks Redis, bounded by the command timeout.
       const leader = await pool.hasLeader().catch(() => undefined);
       if (leader === undefined) return unavailable();
       if (!leader)
-        return refuse(
-          reply,
-          model,
+        return refuseRead(
           refusal(
             'no_leader',
             `no dispatcher is leading pool ${route.pool.name}`,
@@ -144,7 +143,6 @@ export async function completionRoutes(
         );
 
       const jobId = newJobId(now());
-      const stream = peeked.stream === true;
       const payload: JobPayload = {
         v: 1,
         // A large body skips BullMQ's JSON: it goes raw into a key of its own (JobPayload).
@@ -175,9 +173,7 @@ export async function completionRoutes(
         // say so now instead of holding the client for the whole limit first.
         const wait = await pool.longWait().catch(() => undefined);
         if (wait !== undefined && wait > route.pool.maxParkSeconds)
-          return refuse(
-            reply,
-            model,
+          return refuseRead(
             refusal(
               'long_backlog',
               `pool ${route.pool.name}: the long prompts ahead need about ${Math.ceil(wait)} s of prefill, more than the ${route.pool.maxParkSeconds} s park limit`,
@@ -214,6 +210,8 @@ export async function completionRoutes(
       metrics.holding.inc();
       metrics.parked.inc({ model });
       held.hold();
+      // Gone during the awaits above: nothing may be queued for nobody.
+      if (held.state === 'done') return;
       try {
         markStage('gateway.enqueue');
         // A long prompt is queued at the aged level at once when its aging limit is zero.
@@ -224,13 +222,26 @@ export async function completionRoutes(
               ? 'aged'
               : 'long';
         const tenant = request.tenant ?? undefined;
-        const refused = await addWithin(pool, jobId, payload, level, tenant, body);
+        const refused = await addWithin(pool, jobId, payload, level, tenant, body, opts);
         markStage('gateway.enqueued');
         held.added = refused === undefined;
         if (refused) held.fail(queueRefusal(refused, pool, tenant, await pool.retryAfter()));
       } catch (err) {
         log.warn({ err }, 'enqueue failed');
-        held.fail(refusal('redis_unavailable', 'queue unavailable (Redis error)'));
+        // An add whose answer is late may have landed and been taken: a client that the
+        // engine answers already keeps its answer.
+        if (held.state !== 'queued') return;
+        const takeBack = held.abandon(
+          refusal('redis_unavailable', 'queue unavailable (Redis error)'),
+          'redis_unavailable',
+        );
+        // Its client has its answer, so an add that lands after all must not run: removed,
+        // or cancelled when a dispatcher took it in the meantime.
+        if (err instanceof EnqueueTimeout)
+          void err.added.then(
+            (refusedLate) => (refusedLate === undefined ? takeBack() : undefined),
+            () => undefined,
+          );
       }
     };
   }
@@ -249,13 +260,17 @@ const ENQUEUE_TIMEOUT_MS = 5000;
 
 class EnqueueTimeout extends Error {
   readonly code = 'ERR_SLUICE_ENQUEUE_TIMEOUT';
+
+  constructor(
+    message: string,
+    /** The add given up on, which may still land. */
+    readonly added: Promise<AddRefusal | undefined>,
+  ) {
+    super(message);
+  }
 }
 
-/**
- * `pool.add`, given up after `ms`. An add that lands after it was given up is taken back at
- * once: its client has its answer, so the job must not run. The removal goes on the same
- * connection, behind the add.
- */
+/** `pool.add`, given up after the enqueue timeout (EnqueueTimeout). */
 async function addWithin(
   pool: PoolQueue,
   jobId: string,
@@ -263,28 +278,22 @@ async function addWithin(
   level: QueueLevel,
   tenant: QueuedTenant | undefined,
   body: Buffer,
-  ms = ENQUEUE_TIMEOUT_MS,
+  { enqueueTimeoutMs: ms = ENQUEUE_TIMEOUT_MS }: Pick<CompletionRoutesOptions, 'enqueueTimeoutMs'>,
 ): Promise<AddRefusal | undefined> {
   let timer: NodeJS.Timeout | undefined;
-  let gaveUp = false;
   const added = pool.add(jobId, payload, level, tenant, payload.bodyInKey ? body : undefined);
   try {
     return await Promise.race([
       added,
       new Promise<never>((_, reject) => {
-        timer = setTimeout(() => {
-          gaveUp = true;
-          reject(new EnqueueTimeout(`queue add not answered within ${ms} ms`));
-        }, ms);
+        timer = setTimeout(
+          () => reject(new EnqueueTimeout(`queue add not answered within ${ms} ms`, added)),
+          ms,
+        );
       }),
     ]);
   } finally {
     clearTimeout(timer);
-    if (gaveUp)
-      void added.then(
-        (refused) => refused === undefined && pool.removeQueued(jobId, payload).catch(() => false),
-        () => undefined,
-      );
   }
 }
 
