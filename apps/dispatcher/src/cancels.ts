@@ -1,10 +1,20 @@
 // Cancel requests from gateways. A cancel can arrive before its job is released (the job
-// was taken while the gateway was removing it): such ids are remembered for a while and
-// checked at release. A cancel names the reason code its client hears, if anyone still
-// listens (`cancelled` for a client that went, `dispatcher_lost` for a job whose lock this
-// dispatcher lost).
+// was taken while the gateway was removing it, or is held back): such ids are remembered for
+// as long as a job can wait before its release, and checked at release. A cancel names the
+// reason code its client hears, if anyone still listens (`cancelled` for a client that went,
+// `dispatcher_lost` for a job whose lock this dispatcher lost).
 import type { RejectReason } from '@sluice/protocol';
+import { longestWaitMs } from './holding.js';
 import { IdTable } from './id-table.js';
+
+/**
+ * How long a cancel for a job not running is remembered: as long as a job of any of `pools`
+ * can wait before its release. A held long prompt may be released at its park limit; a cancel
+ * forgotten before that would let it run for a client that left.
+ */
+export function earlyCancelMs(pools: readonly { maxParkSeconds: number }[]): number {
+  return Math.max(0, ...pools.map((p) => longestWaitMs(p.maxParkSeconds)));
+}
 
 export class CancelBook {
   /** Not a Map: see id-table.ts. */

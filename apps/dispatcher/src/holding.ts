@@ -18,6 +18,15 @@ import { HeldJobs, type HeldJob } from './held-jobs.js';
 /** How long after its deadline BullMQ moves a held job back into the queue by itself. */
 const HELD_GRACE_MS = 5000;
 
+/**
+ * The longest a job of a pool with this park limit can wait between its add and its release:
+ * up to its deadline, queued or held back; a held job is back in the queue by its deadline
+ * plus the grace, and one taken past its deadline is expired, never run.
+ */
+export function longestWaitMs(maxParkSeconds: number): number {
+  return maxParkSeconds * 1000 + HELD_GRACE_MS;
+}
+
 export interface HoldingDeps {
   pool: string;
   queue: Queue;

@@ -12,7 +12,7 @@ import type { FairShare } from './fair-share.js';
 import type { RunOutcome } from './handover.js';
 import type { InflightJob } from './ledger.js';
 import { OutputTokens } from './output-tokens.js';
-import type { RelayHub } from './relay.js';
+import type { RelayHub, ReplyRelay } from './relay.js';
 import type { ReplicaLiveness } from './replicas.js';
 
 export interface JobRunnerDeps {
@@ -52,16 +52,23 @@ export class JobRunner {
    * it can still remove the job from the queue; when this dispatcher took it at that very
    * moment, it cannot, and waits for a frame: this one.
    */
-  expire(job: Job, token: string, payload: JobPayload): Promise<void> {
+  async expire(job: Job, token: string, payload: JobPayload): Promise<void> {
     const { hub, keys } = this.deps;
-    const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
-    relay.error({
-      code: 'park_timeout',
-      message: `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`,
-    });
-    hub.close(relay);
-    // The frame first, as at the end of a run (runJob).
-    return hub.written().then(() => this.discard(job, token, 'past_deadline'));
+    try {
+      const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
+      relay.error({
+        code: 'park_timeout',
+        message: `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`,
+      });
+      hub.close(relay);
+      // The frame first, as at the end of a run (runJob).
+      await hub.written();
+    } catch (err) {
+      // Its caller (the loop's take, or a handover inside a run's end) does not wait for this:
+      // a throw here would end the process. The job is failed all the same, not left active.
+      this.deps.log.error({ jobId: job.id, err }, "sending an expired job's park_timeout failed");
+    }
+    return this.discard(job, token, 'past_deadline');
   }
 
   /**
@@ -130,44 +137,46 @@ export class JobRunner {
     };
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
     const cancellation = cancels.register(jobId);
-    const why = cancellation.reason;
-    if (why) {
-      cancels.unregister(jobId);
-      // A client that cancelled knows; one whose job this dispatcher lost is told.
-      if (why.frameCode !== 'cancelled') {
-        const relay = hub.open(jobId, keys.replyChannel(payload.replica));
-        relay.error({ code: why.frameCode, message: `request not started: ${why.message}` });
-        hub.close(relay);
-      }
-      return skip('cancelled');
-    }
-
-    const body = payload.bodyInKey ? await this.bodyInKey(entry) : jobBody(payload);
-    if (body === undefined) return skip('body_missing');
-    let degraded;
-    try {
-      degraded = this.deps.load.apply(body, payload.path, payload.optOut === true);
-    } catch (err) {
-      // The gateway validated the body; should a rewrite still fail, the request goes as sent.
-      log.error(
-        { jobId, err: (err as Error).message },
-        'degradation rewrite failed: sending the body unchanged',
-      );
-      degraded = { body, state: 'normal', degraded: false };
-    }
-    if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
-    const relay = hub.open(jobId, keys.replyChannel(payload.replica), !payload.stream);
-    metrics.released.inc({ pool, engine: engine.name });
-    this.deps.released();
-    relay.start({ engine: engine.name, loadState: degraded.state });
+    let relay: ReplyRelay | undefined;
     let outcome;
-    // Counted for every job: the end frame carries the counts to the gateway's token
-    // counters; a fair share (tenants configured) is charged as they come.
-    const fairShare = payload.tenant !== undefined ? this.deps.fairShare : undefined;
-    const tokens = new OutputTokens(payload.stream);
-    markStage('dispatcher.engine-call');
-    entry.callStartedAt = now();
+    // From the registration on, the job leaves the cancel book however its run ends, a throw
+    // included: an entry left there would stay for as long as this process lives.
     try {
+      const why = cancellation.reason;
+      if (why) {
+        // A client that cancelled knows; one whose job this dispatcher lost is told.
+        if (why.frameCode !== 'cancelled') {
+          const refusal = hub.open(jobId, keys.replyChannel(payload.replica));
+          refusal.error({ code: why.frameCode, message: `request not started: ${why.message}` });
+          hub.close(refusal);
+        }
+        return await skip('cancelled');
+      }
+
+      const body = payload.bodyInKey ? await this.bodyInKey(entry) : jobBody(payload);
+      if (body === undefined) return await skip('body_missing');
+      let degraded;
+      try {
+        degraded = this.deps.load.apply(body, payload.path, payload.optOut === true);
+      } catch (err) {
+        // The gateway validated the body; should a rewrite still fail, the request goes as sent.
+        log.error(
+          { jobId, err: (err as Error).message },
+          'degradation rewrite failed: sending the body unchanged',
+        );
+        degraded = { body, state: 'normal', degraded: false };
+      }
+      if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
+      relay = hub.open(jobId, keys.replyChannel(payload.replica), !payload.stream);
+      metrics.released.inc({ pool, engine: engine.name });
+      this.deps.released();
+      relay.start({ engine: engine.name, loadState: degraded.state });
+      // Counted for every job: the end frame carries the counts to the gateway's token
+      // counters; a fair share (tenants configured) is charged as they come.
+      const fairShare = payload.tenant !== undefined ? this.deps.fairShare : undefined;
+      const tokens = new OutputTokens(payload.stream);
+      markStage('dispatcher.engine-call');
+      entry.callStartedAt = now();
       outcome = await engine.client.call(payload.path, degraded.body, relay, cancellation, {
         firstByte: () => {
           entry.firstByteAt = now();
@@ -178,13 +187,18 @@ export class JobRunner {
           : (chunk) => tokens.chunk(chunk),
         end: () => {
           const more = tokens.end();
+          if (tokens.ignored)
+            log.warn(
+              { jobId, pool, engine: engine.name, usage: tokens.ignored },
+              'engine usage count is not a token count: ignored',
+            );
           fairShare?.output(payload.tenant, more);
           return payload.endCounts === true ? tokens.totals() : undefined;
         },
       });
     } finally {
       cancels.unregister(jobId);
-      hub.close(relay);
+      if (relay) hub.close(relay);
     }
     metrics.completed.inc({ pool, outcome });
     // The reply goes first: the client need not wait while Redis runs BullMQ's completion

@@ -125,15 +125,19 @@ export class InflightLedger {
     return entry;
   }
 
-  /** The run of `entry` ended; a second call, or one for an entry no longer here, does nothing. */
-  complete(entry: InflightJob): void {
-    if (this.jobs.get(entry.id) !== entry) return;
+  /**
+   * The run of `entry` ended; a second call, or one for an entry no longer here, does nothing
+   * and answers false.
+   */
+  complete(entry: InflightJob): boolean {
+    if (this.jobs.get(entry.id) !== entry) return false;
     this.jobs.delete(entry.id);
     const { engine } = entry;
     engine.inflight -= 1;
     // Its `changed` sets the engine's series, the long-prompt counts updated first.
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
+    return true;
   }
 
   /** `engine`'s in-flight counts: all, long, long in prefill. */

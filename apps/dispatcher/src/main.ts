@@ -18,7 +18,7 @@ import {
   redisReady,
 } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
-import { CancelBook } from './cancels.js';
+import { CancelBook, earlyCancelMs } from './cancels.js';
 import { gpuUtilization, startGpu } from './gpu.js';
 import { exportLedPoolsOnly } from './leader-metrics.js';
 import { allowedPools, poolsToContend } from './lease-choice.js';
@@ -133,7 +133,9 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     throw err;
   }
 
-  const cancels = new CancelBook(60_000, now);
+  // Pools outside SLUICE_POOLS get nothing here: no lease contention, worker or metrics.
+  const ours = allowedPools(config.pools, config.dispatcher.pools);
+  const cancels = new CancelBook(earlyCancelMs(ours), now);
   const pruneCancels = setInterval(() => cancels.prune(), 10_000);
   pruneCancels.unref();
   const replicas = new ReplicaLiveness(redis, keys, 500, config.replica.ttlMs, now);
@@ -179,8 +181,6 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     .subscribe(keys.cancelChannel, keys.controlChannel)
     .catch((err: unknown) => warn('subscribing to cancels failed', err));
 
-  // Pools outside SLUICE_POOLS get nothing here: no lease contention, worker or metrics.
-  const ours = allowedPools(config.pools, config.dispatcher.pools);
   const names = (filter: (p: PoolDispatcher) => boolean) =>
     new Set(pools.filter(filter).map((p) => p.pool.name));
   const mayAcquire = (name: string) =>

@@ -11,7 +11,10 @@
 // vllm/entrypoints/openai/protocol.py), so only those are searched, never the whole body.
 // A chat stream's first event only names the role (`"delta":{"role":"assistant","content":""}`):
 // it is not counted, which only the first event with data is checked for.
-import type { EndInfo } from '@sluice/protocol';
+// A `usage` count that is not a token count (past 2^53, or so long it reads as Infinity) is
+// ignored as if the engine had sent no usage: the gateway would refuse the end frame carrying
+// it, and a tenant's fair-share counter charged with it would never come back down.
+import { isTokenCount, type EndInfo } from '@sluice/protocol';
 
 const DATA = Buffer.from('data:');
 const DONE = Buffer.from('[DONE]');
@@ -26,6 +29,8 @@ export class OutputTokens {
   counted = 0;
   /** What the engine's `usage` reported, read by `end()`; undefined when it sent none. */
   reported: EndInfo | undefined;
+  /** The `usage` counts `end()` ignored because they are not token counts, as the engine wrote them. */
+  ignored: { completionTokens?: string; promptTokens?: string } | undefined;
   private last: Buffer | undefined;
   private beforeLast: Buffer | undefined;
   private firstEvent = true;
@@ -62,13 +67,20 @@ export class OutputTokens {
         ? Buffer.concat([this.beforeLast, this.last])
         : this.last;
     const text = tail.subarray(Math.max(0, tail.length - TAIL_BYTES)).toString('latin1');
-    let reported: number | undefined;
-    for (const match of text.matchAll(USAGE)) reported = Number(match[1]);
-    if (reported === undefined) return 0;
+    const completion = lastMatch(text, USAGE);
+    if (completion === undefined) return 0;
+    const prompt = lastMatch(text, PROMPT_USAGE);
+    const reported = Number(completion);
+    const promptTokens = prompt === undefined ? undefined : Number(prompt);
+    if (!isTokenCount(reported)) {
+      // The usage as a whole is not trusted: its prompt count is not used either.
+      this.ignored = { completionTokens: completion };
+      if (prompt !== undefined && !isTokenCount(promptTokens)) this.ignored.promptTokens = prompt;
+      return 0;
+    }
     this.reported = { completionTokens: reported };
-    let prompt: number | undefined;
-    for (const match of text.matchAll(PROMPT_USAGE)) prompt = Number(match[1]);
-    if (prompt !== undefined) this.reported.promptTokens = prompt;
+    if (isTokenCount(promptTokens)) this.reported.promptTokens = promptTokens;
+    else if (prompt !== undefined) this.ignored = { promptTokens: prompt };
     if (reported <= this.counted) return 0;
     const more = reported - this.counted;
     this.counted = reported;
@@ -83,4 +95,11 @@ export class OutputTokens {
     if (this.reported) return this.reported;
     return this.stream ? { completionTokens: this.counted } : undefined;
   }
+}
+
+/** The digits of `pattern`'s last match in `text`: the last `usage` wins, as the engine's final one. */
+function lastMatch(text: string, pattern: RegExp): string | undefined {
+  let digits: string | undefined;
+  for (const match of text.matchAll(pattern)) digits = match[1];
+  return digits;
 }

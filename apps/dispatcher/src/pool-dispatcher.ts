@@ -345,6 +345,7 @@ export class PoolDispatcher {
     const { log, metrics } = this.deps;
     log.info({ pool: this.pool.name, cap: this.totalCap }, 'lease acquired: releasing jobs');
     metrics.leader.set({ pool: this.pool.name }, 1);
+    this.stats.leading();
     void this.queue
       .setGlobalConcurrency(this.totalCap)
       .catch((err: unknown) => log.error({ err }, 'setGlobalConcurrency failed'));

@@ -50,6 +50,17 @@ export class PoolStats {
     this.releasedSinceStats += 1;
   }
 
+  /**
+   * This dispatcher leads the pool from now. The drain rate's window starts here: counted from
+   * the last tick it led (or from its start), the first rate would spread the releases of a
+   * second over the whole standby time, and the gateways would send far too long a
+   * Retry-After until the average caught up.
+   */
+  leading(): void {
+    this.lastStatsAt = this.deps.now();
+    this.releasedSinceStats = 0;
+  }
+
   /** One reading and publication; never rejects. */
   async publish(): Promise<void> {
     const { redis, keys, now, metrics, queue, engines, policy } = this.deps;

@@ -41,6 +41,13 @@ export interface ReleaseLoopDeps {
   now: () => number;
 }
 
+/** A job the release order lets go now, and where. */
+interface Release {
+  engine: EngineSlot;
+  payload: JobPayload;
+  long: boolean;
+}
+
 export class ReleaseLoop {
   private wakeUp: (() => void) | undefined;
   private running: Promise<void> | undefined;
@@ -208,6 +215,25 @@ export class ReleaseLoop {
 
   /** Releases a job just taken, or holds it back when the release order says it must wait. */
   private place(job: Job, token: string): void {
+    let release: Release | undefined;
+    try {
+      release = this.choose(job, token);
+    } catch (err) {
+      // Nothing in the choice is meant to throw. Should something, the job is failed rather
+      // than left active under a lock nobody renews, and the take or the run's end that placed
+      // it goes on: a throw inside a run's end would be a rejection nobody handles.
+      this.deps.log.error({ jobId: job.id, err }, 'placing a job failed');
+      void this.deps.runner.discard(job, token, 'internal_error');
+      return;
+    }
+    if (release) this.release(job, token, release);
+  }
+
+  /**
+   * Where a job just taken goes: the engine to release it to, or undefined when it was dealt
+   * with here (failed, expired, held back).
+   */
+  private choose(job: Job, token: string): Release | undefined {
     const { log, now, holding, runner, pool } = this.deps;
     const jobId = job.id!;
     holding.taken(jobId);
@@ -217,19 +243,21 @@ export class ReleaseLoop {
     } catch (err) {
       log.error({ jobId, err: (err as ProtocolError).message }, 'invalid job payload');
       void runner.discard(job, token, 'invalid_payload');
-      return;
+      return undefined;
     }
     // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
     // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
     // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
     if (job.deferredFailure) {
       this.deps.fairShare?.dropped(jobId, payload);
-      return void runner.discard(job, token, 'stalled');
+      void runner.discard(job, token, 'stalled');
+      return undefined;
     }
     const at = now();
     if (payload.deadline < at) {
       this.deps.fairShare?.dropped(jobId, payload);
-      return void runner.expire(job, token, payload);
+      void runner.expire(job, token, payload);
+      return undefined;
     }
     const promptTokens = payload.promptTokens ?? 0;
     const candidate = {
@@ -241,22 +269,27 @@ export class ReleaseLoop {
     };
     const verdict = releaseVerdict(candidate, holding.context(at));
     if (verdict.go)
-      this.release(job, token, this.deps.engines[verdict.engine]!, payload, candidate.long);
-    else void holding.hold(job, token, payload, { ...candidate, job }, verdict.reason);
+      return { engine: this.deps.engines[verdict.engine]!, payload, long: candidate.long };
+    void holding.hold(job, token, payload, { ...candidate, job }, verdict.reason);
+    return undefined;
   }
 
-  /** Counts the job in flight at once, then runs it without blocking the loop. */
-  private release(
-    job: Job,
-    token: string,
-    engine: EngineSlot,
-    payload: JobPayload,
-    long: boolean,
-  ): void {
-    const { ledger, runner, fairShare } = this.deps;
+  /**
+   * Counts the job in flight at once, then runs it without blocking the loop. From `begin` on
+   * the run owns the slot: it is started before anything else, and whatever its end throws
+   * (placing a job handed over included) is caught with the slot freed.
+   */
+  private release(job: Job, token: string, { engine, payload, long }: Release): void {
+    const { ledger, runner, fairShare, log } = this.deps;
     const entry = ledger.begin(job, token, engine, payload, long);
+    void runner
+      .run(entry)
+      .then((outcome) => this.settle(entry, outcome))
+      .catch((err: unknown) => {
+        log.error({ jobId: entry.id, err }, 'ending a run failed');
+        this.free(entry, undefined);
+      });
     fairShare?.released(entry.id, payload);
-    void runner.run(entry).then((outcome) => this.settle(entry, outcome));
   }
 
   /**
@@ -306,8 +339,7 @@ export class ReleaseLoop {
   /** Frees `entry`'s slot and places the job handed over to it, in the same turn. */
   private free(entry: InflightJob, next: Job | undefined): void {
     const { ledger, fairShare, metrics, pool } = this.deps;
-    ledger.complete(entry);
-    fairShare?.ended(entry.payload);
+    if (ledger.complete(entry)) fairShare?.ended(entry.payload);
     if (!next) return;
     metrics.handovers.inc({ pool: pool.name });
     markStage('dispatcher.job');

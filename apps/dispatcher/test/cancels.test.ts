@@ -1,7 +1,7 @@
 // Cancelling running jobs, and jobs whose cancel came before their release: a job's
 // cancellation aborts once, with the first reason, and tells its one listener once.
 import { describe, expect, it } from 'vitest';
-import { CancelBook, Cancellation, CancelledError } from '../src/cancels.ts';
+import { CancelBook, Cancellation, CancelledError, earlyCancelMs } from '../src/cancels.ts';
 
 describe('Cancellation', () => {
   it('aborts once, keeps the first reason and tells its listener once', () => {
@@ -59,5 +59,22 @@ describe('CancelBook', () => {
     book.unregister('j2');
     expect(book.cancel('j2', 'too late')).toBe(false);
     expect(cancellation.aborted).toBe(false);
+  });
+
+  it('keeps a cancel for a held job until the last moment it can be released, whatever the park limit', () => {
+    for (const maxParkSeconds of [120, 600]) {
+      let now = 0;
+      // As the dispatcher builds it: from its pools' park limits (one pool shorter here).
+      const book = new CancelBook(
+        earlyCancelMs([{ maxParkSeconds: 30 }, { maxParkSeconds }]),
+        () => now,
+      );
+      // The client left while its long prompt was being held back: the cancel finds no run.
+      expect(book.cancel('held', 'client went away')).toBe(false);
+      // Promoted and released at its deadline, the park limit after the cancel at the latest.
+      now = maxParkSeconds * 1000;
+      book.prune();
+      expect(book.register('held').reason?.message).toBe('client went away');
+    }
   });
 });

@@ -21,12 +21,14 @@ import { Queue, Worker, type Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
 import { PoolLoad } from '../src/degrade.ts';
+import type { EngineClient, ResponseWatch } from '../src/engine-call.ts';
 import { createEngineSlot } from '../src/engine-slot.ts';
+import type { FairShare } from '../src/fair-share.ts';
 import { recordOutcome } from '../src/handover.ts';
-import { JobRunner } from '../src/job-runner.ts';
+import { JobRunner, type JobRunnerDeps } from '../src/job-runner.ts';
 import { InflightLedger, type InflightJob } from '../src/ledger.ts';
 import { PrefillRate } from '../src/prefill-tracker.ts';
-import { RelayHub } from '../src/relay.ts';
+import { RelayHub, type ReplyRelay } from '../src/relay.ts';
 import { ReplicaLiveness } from '../src/replicas.ts';
 
 let server: TestRedis;
@@ -50,6 +52,10 @@ beforeAll(async () => {
   bull = createRedis(server.url, { name: 'bull', role: 'bullmq' });
   subscriber = createRedis(server.url, { name: 'sub', role: 'subscriber' });
   await Promise.all([redisReady(command), redisReady(bull), redisReady(subscriber)]);
+  // Each test listens for its own replica's frames and makes a runner of its own (whose
+  // liveness check listens for reconnects): more listeners than Node's default warning limit.
+  subscriber.setMaxListeners(50);
+  command.setMaxListeners(50);
   // The pool's real queue name: keys.jobKey and keys.jobBody name this queue's keys.
   queue = new Queue(keys.queueName('p'), { connection: bull, prefix: keys.prefix });
   worker = new Worker(keys.queueName('p'), null, {
@@ -79,7 +85,10 @@ const engine = () =>
     },
   );
 
-function runner(replicas = new ReplicaLiveness(command, keys, 0, 0, Date.now)) {
+function runner(
+  replicas = new ReplicaLiveness(command, keys, 0, 0, Date.now),
+  over: Partial<JobRunnerDeps> = {},
+) {
   return new JobRunner({
     pool: 'p',
     keys,
@@ -93,7 +102,17 @@ function runner(replicas = new ReplicaLiveness(command, keys, 0, 0, Date.now)) {
     log: silent,
     now: Date.now,
     released: () => {},
+    ...over,
   });
+}
+
+/** The relay hub, except that opening a relay throws. */
+function brokenHub(): RelayHub {
+  const broken = Object.create(hub) as RelayHub;
+  broken.open = () => {
+    throw new Error('no reply channel');
+  };
+  return broken;
 }
 
 const ledger = new InflightLedger({
@@ -303,5 +322,75 @@ describe('job runner', () => {
     const error = await eventually(() => frames.find((f) => f.type === 'error'), 'the error frame');
     expect(error.type === 'error' && error.info.code).toBe('dispatcher_lost');
     expect((await sim.state()).receivedTotal).toBe(before);
+  });
+
+  it('leaves the cancel book however the run ends, a throw after its registration included', async () => {
+    const { job, entry } = await take();
+    expect(await runAndRecord(entry, runner(undefined, { hub: brokenHub() }))).toBeUndefined();
+    // Not running any more: a cancel now is one for a job not released.
+    expect(cancels.cancel(job.id!, 'client went')).toBe(false);
+  });
+
+  it('fails a job taken past its deadline even when its park_timeout frame cannot be made', async () => {
+    const errors: string[] = [];
+    const log = { warn() {}, error: (_o: object, m: string) => errors.push(m) };
+    const { job, entry, replica } = await take();
+    ledger.complete(entry);
+    const expiring = runner(undefined, { hub: brokenHub(), log }).expire(job, `token-${replica}`, {
+      ...entry.payload,
+      deadline: Date.now() - 1000,
+    });
+    await expect(expiring).resolves.toBeUndefined();
+    expect(errors).toEqual(["sending an expired job's park_timeout failed"]);
+    expect(await queue.getJobState(job.id!)).toBe('failed');
+    expect((await queue.getJob(job.id!))?.failedReason).toBe('past_deadline');
+  });
+
+  it("ignores an engine's usage count that is not a token count: logged once, never charged or sent", async () => {
+    const warnings: Array<{ o: object; m: string }> = [];
+    const log = { warn: (o: object, m: string) => warnings.push({ o, m }), error() {} };
+    const charged: number[] = [];
+    const fairShare = {
+      output: (_tenant: string | undefined, tokens: number) => charged.push(tokens),
+    } as unknown as FairShare;
+    const huge = '1'.padEnd(400, '0');
+    const { entry, frames } = await take();
+    Object.assign(entry.payload, { tenant: 't' });
+    // An engine whose stream ends with a usage no double holds (read as Infinity).
+    await entry.engine.client.close();
+    entry.engine.client = {
+      call: (
+        _path: string,
+        _body: unknown,
+        relay: ReplyRelay,
+        _c: unknown,
+        watch: ResponseWatch,
+      ) => {
+        relay.head({ status: 200, contentType: 'text/event-stream' });
+        for (const chunk of [
+          'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+          `data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":${huge}}}\n\n`,
+        ]) {
+          relay.data(Buffer.from(chunk));
+          watch.data?.(Buffer.from(chunk));
+        }
+        relay.end(watch.end?.());
+        return Promise.resolve('ok');
+      },
+      close: async () => {},
+    } as unknown as EngineClient;
+    expect(await runAndRecord(entry, runner(undefined, { log, fairShare }))).toBe('ok');
+    const end = await eventually(() => frames.find((f) => f.type === 'end'), 'the end frame');
+    // The gateway gets the stream's own count, which it can read.
+    expect(end).toMatchObject({ info: { completionTokens: 2 } });
+    expect(end.type === 'end' && end.info?.promptTokens).toBeUndefined();
+    expect(charged.every((n) => Number.isSafeInteger(n))).toBe(true);
+    expect(charged.reduce((a, b) => a + b, 0)).toBe(2);
+    expect(warnings).toEqual([
+      {
+        o: expect.objectContaining({ jobId: entry.id, usage: { completionTokens: huge } }),
+        m: 'engine usage count is not a token count: ignored',
+      },
+    ]);
   });
 });

@@ -83,4 +83,48 @@ describe('output tokens from the relayed body', () => {
     expect(stream.end()).toBe(0);
     expect(new OutputTokens(true).end()).toBe(0);
   });
+
+  it('ignores a usage count that is not a token count: nothing charged, the own count kept', () => {
+    for (const huge of ['9007199254740993', '1'.padEnd(400, '0')]) {
+      // Past 2^53, and so long that Number() reads Infinity.
+      const stream = new OutputTokens(true);
+      stream.chunk(Buffer.from(event('a') + event('b')));
+      stream.chunk(
+        Buffer.from(
+          `data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":${huge}}}\n\n`,
+        ),
+      );
+      expect(stream.end()).toBe(0);
+      // As without usage: the stream's counted events (the usage's own among them), and no
+      // prompt count from that usage.
+      expect(stream.counted).toBe(3);
+      expect(stream.totals()).toEqual({ completionTokens: 3 });
+      expect(stream.ignored).toEqual({ completionTokens: huge });
+
+      const plain = new OutputTokens(false);
+      plain.chunk(
+        Buffer.from(`{"choices":[],"usage":{"prompt_tokens":${huge},"completion_tokens":${huge}}}`),
+      );
+      expect(plain.end()).toBe(0);
+      expect(plain.totals()).toBeUndefined();
+      expect(plain.ignored).toEqual({ completionTokens: huge, promptTokens: huge });
+    }
+  });
+
+  it('keeps a good completion count beside a prompt count that is not one', () => {
+    const tokens = new OutputTokens(false);
+    tokens.chunk(
+      Buffer.from(
+        '{"choices":[],"usage":{"prompt_tokens":9007199254740992,"completion_tokens":4}}',
+      ),
+    );
+    expect(tokens.end()).toBe(4);
+    expect(tokens.totals()).toEqual({ completionTokens: 4 });
+    expect(tokens.ignored).toEqual({ promptTokens: '9007199254740992' });
+    // The largest count a double holds exactly is still one.
+    const largest = new OutputTokens(false);
+    largest.chunk(Buffer.from('{"usage":{"completion_tokens":9007199254740991}}'));
+    expect(largest.end()).toBe(Number.MAX_SAFE_INTEGER);
+    expect(largest.ignored).toBeUndefined();
+  });
 });

@@ -43,6 +43,15 @@ export interface EndInfo {
   promptTokens?: number;
 }
 
+/**
+ * A count of tokens as Sluice carries and charges it: an integer JSON and a double hold
+ * exactly. The gateway refuses an end frame with any other; the dispatcher ignores an engine's
+ * `usage` count that is not one rather than send it (output-tokens.ts).
+ */
+export function isTokenCount(n: unknown): n is number {
+  return Number.isSafeInteger(n) && (n as number) >= 0;
+}
+
 export interface ErrorInfo {
   /** Why the request ended; its status and OpenAI type come from the refusal table. */
   code: RejectReason;
@@ -184,7 +193,7 @@ export function decodeFrame(message: Buffer): Frame {
       const info = parseInfo(type, payload) as EndInfo;
       for (const field of ['completionTokens', 'promptTokens'] as const) {
         const n = info[field];
-        if (n !== undefined && !(Number.isSafeInteger(n) && n >= 0))
+        if (n !== undefined && !isTokenCount(n))
           throw new ProtocolError(`end frame field ${field} must be a non-negative integer`);
       }
       return { type, jobId, seq, info };

@@ -1,4 +1,4 @@
-export { keySpace, type KeySpace } from './keys.js';
+export { isKeyPart, keyPartRule, keySpace, type KeySpace } from './keys.js';
 export { ProtocolError } from './errors.js';
 export {
   BULL_MAX_PRIORITY,
@@ -20,6 +20,7 @@ export {
   encodeBundle,
   encodeFrame,
   frameJobId,
+  isTokenCount,
   messageFrames,
   type EndInfo,
   type ErrorInfo,

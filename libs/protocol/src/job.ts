@@ -1,6 +1,8 @@
 // The BullMQ job a gateway adds for a gated request, and its validation on the way out of
 // Redis: the dispatcher trusts nothing it reads back.
 import { ProtocolError } from './errors.js';
+import { isTokenCount } from './frames.js';
+import { isKeyPart, keyPartRule } from './keys.js';
 
 export const completionPaths = ['/v1/chat/completions', '/v1/completions'] as const;
 export type CompletionPath = (typeof completionPaths)[number];
@@ -95,8 +97,8 @@ export function validateJobPayload(value: unknown): JobPayload {
   if (!completionPaths.includes(p['path'] as CompletionPath))
     fail('path', completionPaths.join(' or '), p['path']);
   if (typeof p['stream'] !== 'boolean') fail('stream', 'a boolean', p['stream']);
-  if (typeof p['replica'] !== 'string' || p['replica'] === '')
-    fail('replica', 'a non-empty string', p['replica']);
+  if (typeof p['replica'] !== 'string' || !isKeyPart(p['replica']))
+    fail('replica', `a non-empty string of ${keyPartRule}`, p['replica']);
   if (!isFiniteNumber(p['enqueuedAt'])) fail('enqueuedAt', 'a number', p['enqueuedAt']);
   if (!isFiniteNumber(p['deadline'])) fail('deadline', 'a number', p['deadline']);
   if (!Number.isInteger(p['priority']) || (p['priority'] as number) < 0)
@@ -106,10 +108,8 @@ export function validateJobPayload(value: unknown): JobPayload {
     (!Number.isInteger(p['maxTokens']) || (p['maxTokens'] as number) < 0)
   )
     fail('maxTokens', 'an integer >= 0', p['maxTokens']);
-  if (
-    p['promptTokens'] !== undefined &&
-    (!Number.isInteger(p['promptTokens']) || (p['promptTokens'] as number) < 0)
-  )
+  // Charged to the tenant's fair-share counter at release: a count past 2^53 would stay in it.
+  if (p['promptTokens'] !== undefined && !isTokenCount(p['promptTokens']))
     fail('promptTokens', 'an integer >= 0', p['promptTokens']);
   if (p['tenant'] !== undefined && typeof p['tenant'] !== 'string')
     fail('tenant', 'a string', p['tenant']);

@@ -56,11 +56,21 @@ export interface KeySpace {
 
 const validPart = /^[A-Za-z0-9_.-]+$/;
 
+/** The characters a name inside a key or channel (a pool, a tenant, a replica) may have. */
+export const keyPartRule = "letters, digits, '_', '.', '-'";
+
+/**
+ * Whether `value` may name a pool, a tenant or a replica inside a key or channel. A payload
+ * that names its replica is checked with it too (job.ts): a name the key space refuses would
+ * otherwise throw wherever the dispatcher builds the reply channel.
+ */
+export function isKeyPart(value: string): boolean {
+  return validPart.test(value);
+}
+
 function part(kind: string, value: string): string {
-  if (!validPart.test(value))
-    throw new Error(
-      `${kind} ${JSON.stringify(value)} may only contain letters, digits, '_', '.', '-'`,
-    );
+  if (!isKeyPart(value))
+    throw new Error(`${kind} ${JSON.stringify(value)} may only contain ${keyPartRule}`);
   return value;
 }
 
@@ -84,7 +94,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     poolOfStatsKey(key) {
       if (!key.startsWith(statsHead) || !key.endsWith(statsTail)) return undefined;
       const pool = key.slice(statsHead.length, key.length - statsTail.length);
-      return validPart.test(pool) ? pool : undefined;
+      return isKeyPart(pool) ? pool : undefined;
     },
     replicaAlive: (replica) => `${prefix}:{replicas}:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,

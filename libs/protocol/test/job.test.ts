@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   BULL_MAX_PRIORITY,
@@ -47,6 +48,11 @@ describe('job payload', () => {
     ],
     [{ ...valid, stream: 'yes' }, /field stream must be a boolean/],
     [{ ...valid, replica: '' }, /field replica must be a non-empty string/],
+    [
+      { ...valid, replica: 'gw 1' },
+      /field replica must be a non-empty string of letters, .*"gw 1"/,
+    ],
+    [{ ...valid, replica: 'gw:1' }, /field replica must be/],
     [{ ...valid, deadline: 'soon' }, /field deadline must be a number/],
     [{ ...valid, priority: -1 }, /field priority must be an integer >= 0/],
     [{ ...valid, maxTokens: 1.5 }, /field maxTokens must be an integer >= 0/],
@@ -88,6 +94,39 @@ describe('job payload', () => {
       /field promptTokens must be an integer >= 0/,
     );
     expect(() => validateJobPayload({ ...valid, promptTokens: '12' })).toThrow(/promptTokens/);
+    // Charged to a tenant's counter at release: one a double cannot hold exactly is refused.
+    expect(() => validateJobPayload({ ...valid, promptTokens: 2 ** 53 })).toThrow(
+      /field promptTokens must be an integer >= 0/,
+    );
+  });
+
+  it('accepts a replica exactly when the key space can name its reply channel and liveness key', () => {
+    const keys = keySpace();
+    const names = fc.oneof(
+      fc.string(),
+      fc.stringMatching(/^[A-Za-z0-9_.-]{1,12}$/),
+      fc.constantFrom('gw 1', 'gw:1', 'gw}1', 'gw\n', 'gw-1', 'a.b_c'),
+    );
+    fc.assert(
+      fc.property(names, (replica) => {
+        let named: boolean;
+        try {
+          keys.replyChannel(replica);
+          keys.replicaAlive(replica);
+          named = true;
+        } catch {
+          named = false;
+        }
+        let accepted: boolean;
+        try {
+          validateJobPayload({ ...valid, replica });
+          accepted = true;
+        } catch {
+          accepted = false;
+        }
+        expect(accepted).toBe(named);
+      }),
+    );
   });
 });
 

@@ -1,0 +1,325 @@
+// The release loop on a real BullMQ queue, with the real job runner and relay and an engine
+// whose calls the test ends: a job that cannot be run is failed with nothing else lost, whether
+// the loop's own take got it or a run's end handed its slot to it (moveToFinished with
+// fetchNext), and a throw while placing a job handed over is caught with the slot freed.
+import { defaultDegradation, type PoolConfig } from '@sluice/config';
+import { dispatcherMetrics, Registry } from '@sluice/observability';
+import type { JobPayload } from '@sluice/protocol';
+import { Worker, type Job } from 'bullmq';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CancelBook } from '../src/cancels.ts';
+import { PoolLoad } from '../src/degrade.ts';
+import type { EngineClient } from '../src/engine-call.ts';
+import { createEngineSlot } from '../src/engine-slot.ts';
+import { Holding } from '../src/holding.ts';
+import { JobRunner } from '../src/job-runner.ts';
+import { InflightLedger } from '../src/ledger.ts';
+import { PrefillRate } from '../src/prefill-tracker.ts';
+import { queueProbe } from '../src/queue-probe.ts';
+import { RelayHub, type ReplyRelay } from '../src/relay.ts';
+import { ReleaseLoop } from '../src/release-loop.ts';
+import { ReplicaLiveness } from '../src/replicas.ts';
+import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
+
+const longPrompts = {
+  thresholdTokens: 8192,
+  maxShare: 0.5,
+  maxInPrefill: 1,
+  agingSeconds: 60,
+  kvFit: true,
+};
+const pool = { name: 'p', longPrompts } as PoolConfig;
+const policy = { kvThreshold: 0.9, failMode: 'open', maxGaugeAgeMs: 5000 } as const;
+
+let fx: QueueFixture;
+beforeAll(async () => {
+  fx = await startQueueFixture('release-loop-test');
+  await fx.redis.set(fx.keys.replicaAlive('gw1'), '1');
+});
+afterAll(async () => {
+  await fx?.close();
+});
+
+/** The real runner, keeping each job it failed without running, and when that reached Redis. */
+class RecordingRunner extends JobRunner {
+  readonly discarded: Array<{ id: string; reason: string; done: Promise<void> }> = [];
+
+  override discard(job: Job, token: string, reason: string): Promise<void> {
+    const done = super.discard(job, token, reason);
+    this.discarded.push({ id: job.id!, reason, done });
+    return done;
+  }
+}
+
+/** A job the engine got: the test ends its call. */
+interface EngineCall {
+  jobId: string;
+  end(outcome: string): void;
+}
+
+/** A leading dispatcher's loop for the fixture's pool, one engine of cap 1. */
+function leadingLoop(opts: { throwOnTaken?: string; throwOnHandover?: boolean } = {}) {
+  const metrics = dispatcherMetrics(new Registry());
+  if (opts.throwOnHandover)
+    metrics.handovers.inc = () => {
+      throw new Error('the handover counter broke');
+    };
+  const errors: Array<{ o: Record<string, unknown>; m: string }> = [];
+  let errorLogged = () => {};
+  const logged = new Promise<void>((resolve) => (errorLogged = resolve));
+  const log = {
+    info() {},
+    warn() {},
+    error: (o: object, m: string) => {
+      errors.push({ o: o as Record<string, unknown>, m });
+      errorLogged();
+    },
+  };
+  const engine = createEngineSlot(
+    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' },
+    {
+      timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
+      scrape: { intervalMs: 1000, staleAfterFailures: 3 },
+      now: Date.now,
+    },
+  );
+  const calls: EngineCall[] = [];
+  const callWaiters: Array<(call: EngineCall) => void> = [];
+  const started: EngineCall[] = [];
+  void engine.client.close();
+  engine.client = {
+    call: (_path: string, _body: unknown, relay: ReplyRelay) =>
+      new Promise((resolve) => {
+        const call = { jobId: relay.jobId, end: resolve };
+        started.push(call);
+        const waiter = callWaiters.shift();
+        if (waiter) waiter(call);
+        else calls.push(call);
+      }),
+    close: async () => {},
+  } as unknown as EngineClient;
+  const nextCall = () =>
+    calls.length > 0
+      ? Promise.resolve(calls.shift()!)
+      : new Promise<EngineCall>((resolve) => callWaiters.push(resolve));
+
+  // The blocked take sleeps at most a second once the test stops leading.
+  const worker = new Worker(fx.keys.queueName('p'), null, {
+    connection: fx.bull,
+    prefix: fx.keys.prefix,
+    autorun: false,
+    drainDelay: 1,
+  });
+  const hub = new RelayHub(fx.redis, 1000, Date.now);
+  let leading = true;
+  const ledger = new InflightLedger({
+    pool: 'p',
+    metrics,
+    prefillRate: new PrefillRate(),
+    now: Date.now,
+    changed: () => loop.wake(),
+  });
+  const holding = new Holding({
+    pool: 'p',
+    queue: fx.queue,
+    redis: fx.redis,
+    metrics,
+    log,
+    longPrompts,
+    isLeader: () => leading,
+    context: (now) => ({ engines: [engine], policy: longPrompts, gate: policy, now }),
+    changed: () => loop.wake(),
+    now: Date.now,
+  });
+  if (opts.throwOnTaken !== undefined) {
+    const taken = holding.taken.bind(holding);
+    holding.taken = (jobId) => {
+      if (jobId === opts.throwOnTaken) throw new Error(`holding broke on ${jobId}`);
+      taken(jobId);
+    };
+  }
+  const runner = new RecordingRunner({
+    pool: 'p',
+    keys: fx.keys,
+    redis: fx.redis,
+    hub,
+    cancels: new CancelBook(60_000, Date.now),
+    replicas: new ReplicaLiveness(fx.redis, fx.keys, 0, 0, Date.now),
+    metrics,
+    load: new PoolLoad({ ...defaultDegradation, enabled: false }),
+    maxParkSeconds: 60,
+    log,
+    now: Date.now,
+    released: () => {},
+  });
+  // The ledger and the holding wake it once it exists: nothing runs before `start`.
+  const loop = new ReleaseLoop({
+    id: 'd1',
+    pool,
+    worker,
+    engines: [engine],
+    policy,
+    holding,
+    ledger,
+    runner,
+    metrics,
+    probeQueue: queueProbe(fx.bull, worker),
+    mayTake: () => leading,
+    log,
+    now: Date.now,
+  });
+  loop.start();
+  const handovers = async () => (await metrics.handovers.get()).values[0]?.value ?? 0;
+  return {
+    engine,
+    ledger,
+    runner,
+    errors,
+    /** Resolves at the first error line. */
+    logged,
+    nextCall,
+    handovers,
+    async stop() {
+      leading = false;
+      loop.wake();
+      await loop.stopped();
+      // A test that failed may have left a call running.
+      for (const call of started) call.end('ok');
+      await ledger.idle();
+      await worker.close();
+      hub.stop();
+    },
+  };
+}
+
+let jobs = 0;
+async function add(over: Partial<JobPayload> = {}): Promise<string> {
+  const payload: JobPayload = {
+    v: 1,
+    body: '{"model":"m","prompt":"hi"}',
+    path: '/v1/completions',
+    stream: false,
+    replica: 'gw1',
+    enqueuedAt: Date.now(),
+    deadline: Date.now() + 60_000,
+    priority: 0,
+    ...over,
+  };
+  const jobId = `job-${(jobs += 1)}`;
+  await fx.queue.add('c', payload, { jobId });
+  return jobId;
+}
+
+async function failedReason(jobId: string): Promise<string | undefined> {
+  expect(await fx.queue.getJobState(jobId)).toBe('failed');
+  return (await fx.queue.getJob(jobId))?.failedReason;
+}
+
+describe('ReleaseLoop', () => {
+  it('fails a job whose replica no key may name when its own take gets it, and goes on', async () => {
+    const rig = leadingLoop();
+    try {
+      const bad = await add({ replica: 'gw 1' });
+      const good = await add();
+      // Taken after the bad one (first come, first served), so placed after it.
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(good);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: bad, reason: 'invalid_payload' },
+      ]);
+      expect(rig.errors).toEqual([
+        {
+          o: { jobId: bad, err: expect.stringMatching(/field replica must be .*"gw 1"/) },
+          m: 'invalid job payload',
+        },
+      ]);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(bad)).toBe('invalid_payload');
+      call.end('ok');
+      await rig.ledger.idle();
+      expect(rig.engine.inflight).toBe(0);
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it('fails such a job when a slot is handed over to it past its deadline, and frees the slot', async () => {
+    const rig = leadingLoop();
+    try {
+      const running = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(running);
+      // The engine is full: the loop leaves this one to the end of the run.
+      const bad = await add({ replica: 'gw 1', deadline: Date.now() - 1000 });
+      const freed = rig.ledger.idle();
+      call.end('ok');
+      // The slot is freed in the turn the job handed over is placed.
+      await freed;
+      expect(await rig.handovers()).toBe(1);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: bad, reason: 'invalid_payload' },
+      ]);
+      expect(rig.errors.map((e) => e.m)).toEqual(['invalid job payload']);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(bad)).toBe('invalid_payload');
+      expect(await fx.queue.getJobState(running)).toBe('completed');
+      expect(rig.engine.inflight).toBe(0);
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it('catches a throw while placing a job handed over: the job is failed, the slot freed, the loop goes on', async () => {
+    const handedOver = `job-${jobs + 2}`;
+    const rig = leadingLoop({ throwOnTaken: handedOver });
+    try {
+      const running = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(running);
+      expect(await add()).toBe(handedOver);
+      const freed = rig.ledger.idle();
+      call.end('ok');
+      await freed;
+      expect(await rig.handovers()).toBe(1);
+      expect(rig.errors).toEqual([
+        { o: { jobId: handedOver, err: expect.any(Error) }, m: 'placing a job failed' },
+      ]);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: handedOver, reason: 'internal_error' },
+      ]);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(handedOver)).toBe('internal_error');
+      expect(rig.engine.inflight).toBe(0);
+      expect(rig.ledger.size).toBe(0);
+      // The loop still releases.
+      const next = await add();
+      const nextCall = await rig.nextCall();
+      expect(nextCall.jobId).toBe(next);
+      nextCall.end('ok');
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it("catches a throw in the rest of a run's end too: logged, the slot freed", async () => {
+    const rig = leadingLoop({ throwOnHandover: true });
+    try {
+      const running = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(running);
+      // Handed over, then left active: the throw came before it was placed. Its lock is not
+      // renewed, so a stalled check fails it (not run here).
+      await add();
+      call.end('ok');
+      await rig.logged;
+      expect(rig.errors).toEqual([
+        { o: { jobId: running, err: expect.any(Error) }, m: 'ending a run failed' },
+      ]);
+      expect(rig.ledger.size).toBe(0);
+      expect(rig.engine.inflight).toBe(0);
+      expect(await fx.queue.getJobState(running)).toBe('completed');
+    } finally {
+      await rig.stop();
+    }
+  });
+});
