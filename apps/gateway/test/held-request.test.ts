@@ -107,13 +107,19 @@ function hooks(overrides: Partial<HeldRequestHooks> = {}): HeldRequestHooks & Re
   };
 }
 
-/** A client request to the test server, and the HeldRequest holding it there. */
-async function held(jobId: string, h: HeldRequestHooks, stream = true) {
+/** A client request to the test server, and the HeldRequest for it, not held yet. */
+async function arrived(jobId: string, h: HeldRequestHooks, stream = true) {
   const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
   const answer = fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' });
   const request = new HeldRequest(jobId, 'm', stream, Date.now(), Date.now(), await served, h);
-  request.hold();
   return { request, answer };
+}
+
+/** A client request to the test server, and the HeldRequest holding it there. */
+async function held(jobId: string, h: HeldRequestHooks, stream = true) {
+  const client = await arrived(jobId, h, stream);
+  client.request.hold();
+  return client;
 }
 
 /** A request over a raw socket, which a test can pause or destroy; `res` is the server's side. */
@@ -200,11 +206,14 @@ describe('HeldRequest', () => {
 
   it('answers a parked client whose job Redis lost 503 queue_lost at the park limit, not park_timeout', async () => {
     const h = hooks({ maxParkMs: 300 });
-    const { request, answer } = await held('lost', h);
+    const { request, answer } = await arrived('lost', h);
     expect(await queue.add('lost', payload, 'short')).toBeUndefined();
     request.added = true;
     expect(request.parked).toBe(true);
     await redis.flushall(); // Redis restarted empty
+    // Held (the park limit started) only once the job is gone: on a busy machine the add and
+    // the flush can take longer than the limit, which would then find the job still queued.
+    request.hold();
     const res = await answer;
     expect(res.status).toBe(503);
     expect(res.headers.get('x-sluice-reject-reason')).toBe('queue_lost');
@@ -214,9 +223,10 @@ describe('HeldRequest', () => {
 
   it('answers a job still queued at the park limit 503 park_timeout and removes it', async () => {
     const h = hooks({ maxParkMs: 300 });
-    const { request, answer } = await held('waits', h);
+    const { request, answer } = await arrived('waits', h);
     expect(await queue.add('waits', payload, 'short')).toBeUndefined();
     request.added = true;
+    request.hold(); // only now: on a busy machine the add alone can outlast the limit
     const res = await answer;
     expect(res.status).toBe(503);
     expect(res.headers.get('x-sluice-reject-reason')).toBe('park_timeout');
