@@ -14,12 +14,12 @@ const { version } = JSON.parse(readFileSync(`${repoRoot}package.json`, 'utf8')) 
 };
 
 /** Runs `sluice ...` to its exit. Nothing it needs is there: a start would hang, not exit. */
-async function sluice(args: string[], first: RegExp) {
+async function sluice(args: string[], first: RegExp, env: Record<string, string> = {}) {
   const proc = await startProcess({
     command: process.execPath,
     args: [sluiceBin, ...args],
     // Nothing listens here: a gateway or dispatcher that started would wait for it, not exit.
-    env: { REDIS_URL: 'redis://127.0.0.1:9', VLLM_URL: 'http://127.0.0.1:9', PORT: '0' },
+    env: { REDIS_URL: 'redis://127.0.0.1:9', VLLM_URL: 'http://127.0.0.1:9', PORT: '0', ...env },
     ready: first,
   });
   cleanup.push(proc);
@@ -68,5 +68,39 @@ describe('sluice up', () => {
     expect(code).toBe(0);
     expect(proc.output[0]).toBe('Usage: sluice up');
     expect(proc.output.join('\n')).toContain('SLUICE_UP_VERBOSE');
+  });
+});
+
+describe('sluice status --watch', () => {
+  it.each([['0.05'], ['2200000']])(
+    'refuses --interval %s with one line and exit 2',
+    async (seconds) => {
+      // 2200000 s is past setTimeout's 2^31-1 ms, where Node fires after 1 ms: a view that
+      // started would read Redis in a tight loop, and print frames instead of this line.
+      const { proc, code } = await sluice(
+        ['status', '--watch', '--interval', seconds],
+        /^sluice status:/,
+      );
+      expect(code).toBe(2);
+      expect(proc.output).toEqual([
+        `sluice status: --interval="${seconds}" is invalid: expected seconds from 0.1 to 3600`,
+      ]);
+    },
+  );
+});
+
+describe.each([
+  ['status', []],
+  ['pool', ['pause', 'default']],
+])('sluice %s', (command, args) => {
+  it('refuses a REDIS_TLS_CA_FILE it cannot read with one line and exit 2, as any configuration', async () => {
+    const { proc, code } = await sluice([command, ...args], new RegExp(`^sluice ${command}:`), {
+      REDIS_URL: 'rediss://127.0.0.1:9',
+      REDIS_TLS_CA_FILE: '/nonexistent/ca.pem',
+    });
+    expect(code).toBe(2);
+    expect(proc.output).toEqual([
+      `sluice ${command}: REDIS_TLS_CA_FILE="/nonexistent/ca.pem" cannot be read: ENOENT: no such file or directory, open '/nonexistent/ca.pem'`,
+    ]);
   });
 });

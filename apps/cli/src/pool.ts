@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
-import { createRedis, publishingPools, redisReady } from '@sluice/redis';
+import { createRedis, publishingPools, redisReady, RedisTlsError, type Redis } from '@sluice/redis';
 
 export const poolUsage = `Usage: sluice pool pause|resume|drain NAME [--timeout SECONDS]
 
@@ -82,6 +82,7 @@ export async function runPool(argv: string[]): Promise<void> {
   };
   let command: PoolCommand | 'help';
   let config;
+  let redis: Redis;
   try {
     command = parsePoolArgs(argv);
     if (command === 'help') {
@@ -89,13 +90,16 @@ export async function runPool(argv: string[]): Promise<void> {
       return;
     }
     config = loadConfig(process.env);
+    // Reads REDIS_TLS_CA_FILE: a file that cannot be read is a configuration refused, as an
+    // unreadable SLUICE_CONFIG is, not a failure of the command.
+    redis = createRedis(config.redis, { name: 'sluice:pool', role: 'command' });
   } catch (err) {
-    if (err instanceof UsageError || err instanceof ConfigError) return fail(err.message, 2);
+    if (err instanceof UsageError || err instanceof ConfigError || err instanceof RedisTlsError)
+      return fail(err.message, 2);
     throw err;
   }
   const { action, pool, timeoutMs } = command;
   const keys = keySpace(config.redis.prefix);
-  const redis = createRedis(config.redis, { name: 'sluice:pool', role: 'command' });
   redis.on('error', () => {});
   try {
     await redisReady(redis, 3000);

@@ -10,6 +10,7 @@ import {
   publishingPools,
   readPoolStats,
   redisReady,
+  RedisTlsError,
   sentinelMaster,
   type PublishedPool,
   type Redis,
@@ -113,6 +114,9 @@ export interface StatusOptions {
   watchMs?: number;
 }
 
+/** The longest `--interval`, seconds. */
+export const MAX_INTERVAL_SECONDS = 3600;
+
 /** Reads `sluice status` flags strictly. */
 export function parseStatusArgs(argv: string[]): StatusOptions {
   let values;
@@ -137,9 +141,11 @@ export function parseStatusArgs(argv: string[]): StatusOptions {
   let seconds = 1;
   if (values.interval !== undefined) {
     seconds = Number(values.interval);
-    if (!Number.isFinite(seconds) || seconds < 0.1)
+    // Above 2^31-1 ms Node's setTimeout fires after 1 ms: a refresh loop hammering Redis. An
+    // hour is far below that and past any use of a live view.
+    if (!Number.isFinite(seconds) || seconds < 0.1 || seconds > MAX_INTERVAL_SECONDS)
       throw new StatusUsageError(
-        `--interval=${JSON.stringify(values.interval)} is invalid: expected seconds >= 0.1`,
+        `--interval=${JSON.stringify(values.interval)} is invalid: expected seconds from 0.1 to ${MAX_INTERVAL_SECONDS}`,
       );
   }
   return { json: false, watchMs: seconds * 1000 };
@@ -158,11 +164,19 @@ async function readPools(
 export async function runStatus(argv: string[]): Promise<void> {
   let options: StatusOptions;
   let config: SluiceConfig;
+  let redis: Redis;
   try {
     options = parseStatusArgs(argv);
     config = loadConfig(process.env);
+    // Reads REDIS_TLS_CA_FILE: a file that cannot be read is a configuration refused, as an
+    // unreadable SLUICE_CONFIG is, not a failure of the command.
+    redis = createRedis(config.redis, { name: 'sluice:status', role: 'command' });
   } catch (err) {
-    if (err instanceof StatusUsageError || err instanceof ConfigError) {
+    if (
+      err instanceof StatusUsageError ||
+      err instanceof ConfigError ||
+      err instanceof RedisTlsError
+    ) {
       process.stderr.write(`sluice status: ${err.message}\n`);
       process.exitCode = 2;
       return;
@@ -170,7 +184,6 @@ export async function runStatus(argv: string[]): Promise<void> {
     throw err;
   }
   const keys = keySpace(config.redis.prefix);
-  const redis = createRedis(config.redis, { name: 'sluice:status', role: 'command' });
   redis.on('error', () => {});
   const configured = config.pools.map((p) => p.name);
   try {

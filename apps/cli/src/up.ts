@@ -1,6 +1,6 @@
 // `sluice up`: the whole local stack on one machine, as child processes, stopped together.
 // Redis comes from the PATH unless REDIS_URL (or a Sentinel or Cluster) is set; the engine
-// simulator runs unless VLLM_URL is set. Components that do not exist yet are named, not faked.
+// simulator runs unless VLLM_URL or SLUICE_CONFIG names the engines.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -22,18 +22,25 @@ interface Started {
 
 const TAIL_LINES = 10;
 
-/** Spawns a child and resolves with the first output line matching `ready`. */
+/**
+ * Spawns a child and resolves with the first output line matching `ready`. `spawned` hears of
+ * it at once, before it is ready: a stop during start-up must reach the child being started.
+ */
 function startChild(
   name: string,
   command: string,
   args: string[],
   ready: RegExp,
-  env: Record<string, string | undefined> = process.env,
+  env: Record<string, string | undefined>,
+  spawned: (started: Started) => void,
 ): Promise<[Started, RegExpMatchArray]> {
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
     const tails = { stdout: [] as string[], stderr: [] as string[] };
     const lastLines = () => (tails.stderr.length > 0 ? tails.stderr : tails.stdout);
+    const started: Started = { name, child, lastLines };
+    // Without a pid nothing runs (the 'error' below says why): there is nothing to stop.
+    if (child.pid !== undefined) spawned(started);
     let settled = false;
     for (const [stream, tail] of [
       [child.stdout!, tails.stdout],
@@ -47,7 +54,7 @@ function startChild(
         const match = line.match(ready);
         if (match) {
           settled = true;
-          resolve([{ name, child, lastLines }, match]);
+          resolve([started, match]);
         }
       });
     }
@@ -85,120 +92,219 @@ const upHelp = `Usage: sluice up
 
 Runs a local stack on this machine as child processes: redis-server (unless REDIS_URL,
 REDIS_SENTINELS or REDIS_CLUSTER_NODES is set; port SLUICE_REDIS_PORT, default 6379), the
-engine simulator (unless VLLM_URL is set; port SLUICE_ENGINE_PORT, default 8000), two
-dispatchers (METRICS_PORT and the next) and two gateways (PORT and the next). Ctrl-C stops
-them all. A child that fails is named with its last lines, and up exits 1.
-SLUICE_UP_VERBOSE=1 echoes every child's log. See apps/cli/README.md.
+engine simulator (unless VLLM_URL or SLUICE_CONFIG names the engines; port
+SLUICE_ENGINE_PORT, default 8000), two dispatchers (METRICS_PORT and the next) and two
+gateways (PORT and the next). Ctrl-C or SIGTERM stops them all, also during start-up. A
+child that fails is named with its last lines, and up exits 1. SLUICE_UP_VERBOSE=1 echoes
+every child's log. See apps/cli/README.md.
 `;
+
+/** A variable as @sluice/config reads it: an empty one is unset. */
+function variable(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name];
+  return value === '' ? undefined : value;
+}
+
+/** `base` for the first child and `base + 1` for the second; 0 (pick a free port) for both. */
+function twoPorts(value: string): [string, string] {
+  // Anything but a port number goes to both as written, so the child's refusal names it.
+  if (!/^\d+$/.test(value) || Number(value) === 0) return [value, value];
+  return [String(Number(value)), String(Number(value) + 1)];
+}
+
+/** What `sluice up` starts, and on which ports, from its environment. */
+export interface UpPlan {
+  /** redis-server is started: no REDIS_URL, Sentinel or Cluster is named. */
+  redis: boolean;
+  redisPort: string;
+  /**
+   * The engine simulator is started: neither VLLM_URL (one engine) nor SLUICE_CONFIG (a pools
+   * file, which lists its engines and may not be combined with VLLM_URL) names the engines.
+   */
+  simulator: boolean;
+  enginePort: string;
+  gatewayPorts: [string, string];
+  metricsPorts: [string, string];
+}
+
+export function upPlan(env: NodeJS.ProcessEnv): UpPlan {
+  return {
+    redis: !(
+      variable(env, 'REDIS_URL') ||
+      variable(env, 'REDIS_SENTINELS') ||
+      variable(env, 'REDIS_CLUSTER_NODES')
+    ),
+    redisPort: variable(env, 'SLUICE_REDIS_PORT') ?? '6379',
+    simulator: !(variable(env, 'VLLM_URL') || variable(env, 'SLUICE_CONFIG')),
+    enginePort: variable(env, 'SLUICE_ENGINE_PORT') ?? '8000',
+    gatewayPorts: twoPorts(variable(env, 'PORT') ?? '8080'),
+    metricsPorts: twoPorts(variable(env, 'METRICS_PORT') ?? '9464'),
+  };
+}
+
+/** The engines SLUICE_CONFIG lists, one line each, and a model to try; read as a dispatcher did. */
+async function configuredEngines(file: string): Promise<{ lines: string[]; model?: string }> {
+  try {
+    const { loadConfig } = await import('@sluice/config');
+    const { pools } = loadConfig(process.env);
+    return {
+      lines: pools.flatMap((pool) =>
+        pool.engines.map(
+          (engine) => `  engine       ${engine.url}  (pool ${pool.name}, from SLUICE_CONFIG)`,
+        ),
+      ),
+      ...(pools[0]?.models[0] === undefined ? {} : { model: pools[0].models[0] }),
+    };
+  } catch {
+    // The dispatchers read the same file a moment ago; if it changed since, say where it is.
+    return { lines: [`  engines      as SLUICE_CONFIG=${file} lists them`] };
+  }
+}
+
+/** A stop (Ctrl-C, SIGTERM) came while the stack was starting: nothing more is started. */
+class Stopped extends Error {}
 
 export async function runUp(argv: string[]): Promise<void> {
   if (strictFlags('up', argv, {}).help) {
     process.stdout.write(upHelp);
     return;
   }
-  const started: Started[] = [];
-  let stopping = false;
-  const stopAll = () => {
-    stopping = true;
-    for (const { child } of [...started].reverse())
-      if (child.exitCode === null) child.kill('SIGTERM');
+  const verbose = !!process.env['SLUICE_UP_VERBOSE'];
+  const plan = upPlan(process.env);
+  // Every child spawned, ready or still starting: a stop must reach all of them.
+  const spawned: Started[] = [];
+  let stopping: NodeJS.Signals | undefined;
+  const terminate = () => {
+    for (const { child } of [...spawned].reverse())
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
   };
-  process.once('SIGINT', stopAll);
-  process.once('SIGTERM', stopAll);
+  // Installed for good (not `once`): a second signal, while the children are stopping, must
+  // not kill up with Node's default action and leave them running without a parent. It is
+  // passed on to them, and each child's own second-signal rule applies (none waits longer).
+  const onSignal = (signal: NodeJS.Signals) => {
+    stopping ??= signal;
+    terminate();
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  /** Starts one child, unless a stop came; a stop while it starts stops it too (terminate). */
+  const start = async (
+    name: string,
+    command: string,
+    args: string[],
+    ready: RegExp,
+    env: Record<string, string | undefined> = process.env,
+  ): Promise<[Started, RegExpMatchArray]> => {
+    if (stopping) throw new Stopped();
+    try {
+      const result = await startChild(name, command, args, ready, env, (started) => {
+        spawned.push(started);
+        // Where a start hangs (a dispatcher waiting for a Redis that is not there), which child.
+        if (verbose)
+          process.stdout.write(`sluice up: starting ${name} (pid ${started.child.pid})\n`);
+      });
+      // Ready just as the stop came: it is stopped with the others, and nothing more starts.
+      if (stopping) throw new Stopped();
+      return result;
+    } catch (err) {
+      // Stopped before it was ready: the stop's doing, not a failure.
+      if (stopping) throw new Stopped();
+      throw err;
+    }
+  };
 
   try {
-    let redisUrl = process.env['REDIS_URL'];
-    // A Sentinel or Cluster named in the environment is used as it is: no embedded Redis.
-    const outside = !!(process.env['REDIS_SENTINELS'] || process.env['REDIS_CLUSTER_NODES']);
-    if (!redisUrl && !outside) {
+    let redisUrl = variable(process.env, 'REDIS_URL');
+    if (plan.redis) {
       if (spawnSync('redis-server', ['--version']).error)
         throw new Error(
           'redis-server is not on the PATH: run `npm run setup` (installs it from Debian packages) or set REDIS_URL',
         );
-      const port = process.env['SLUICE_REDIS_PORT'] ?? '6379';
-      const [redis] = await startChild(
+      await start(
         'redis',
         'redis-server',
-        ['--port', port, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+        ['--port', plan.redisPort, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
         /Ready to accept connections/,
       );
-      started.push(redis);
-      redisUrl = `redis://127.0.0.1:${port}`;
+      redisUrl = `redis://127.0.0.1:${plan.redisPort}`;
     }
 
-    let engineUrl = process.env['VLLM_URL'];
-    if (!engineUrl) {
-      const port = process.env['SLUICE_ENGINE_PORT'] ?? '8000';
-      const [sim, match] = await startChild(
+    // SLUICE_CONFIG lists the engines itself; the configuration refuses VLLM_URL beside it.
+    const configFile = variable(process.env, 'SLUICE_CONFIG');
+    let engineUrl = variable(process.env, 'VLLM_URL');
+    if (plan.simulator) {
+      const [, match] = await start(
         'engine-sim',
         process.execPath,
-        [cliMain, 'engine-sim', '--port', port],
+        [cliMain, 'engine-sim', '--port', plan.enginePort],
         /"url":"([^"]+)".*"msg":"engine-sim ready"/,
       );
-      started.push(sim);
       engineUrl = match[1]!;
     }
 
     // The simulator's homelab engine runs --max-num-seqs 4; a real engine's value comes
-    // from the operator (VLLM_MAX_NUM_SEQS / ADMISSION_MAX_INFLIGHT).
+    // from the operator (VLLM_MAX_NUM_SEQS / ADMISSION_MAX_INFLIGHT, or the pools file).
     const env: Record<string, string | undefined> = {
       ...process.env,
-      REDIS_URL: outside ? process.env['REDIS_URL'] : redisUrl,
-      VLLM_URL: engineUrl,
-      VLLM_MAX_NUM_SEQS:
-        process.env['VLLM_MAX_NUM_SEQS'] ?? (process.env['VLLM_URL'] ? undefined : '4'),
+      ...(plan.redis ? { REDIS_URL: redisUrl } : {}),
+      ...(plan.simulator
+        ? {
+            VLLM_URL: engineUrl,
+            VLLM_MAX_NUM_SEQS: variable(process.env, 'VLLM_MAX_NUM_SEQS') ?? '4',
+          }
+        : {}),
     };
-    const gatewayPort = Number(process.env['PORT'] ?? 8080);
-    const metricsPort = Number(process.env['METRICS_PORT'] ?? 9464);
     const ready = (component: string) => new RegExp(`"url":"([^"]+)".*"msg":"${component} ready"`);
     const dispatchers: string[] = [];
     for (const [i, role] of ['leader', 'standby'].entries()) {
-      const [child, match] = await startChild(
+      const [, match] = await start(
         `dispatcher-${i + 1}`,
         process.execPath,
         [cliMain, 'dispatcher'],
         ready('dispatcher'),
         {
           ...env,
-          METRICS_PORT: String(metricsPort === 0 ? 0 : metricsPort + i),
+          METRICS_PORT: plan.metricsPorts[i],
           SLUICE_DISPATCHER_ID: process.env['SLUICE_DISPATCHER_ID']
             ? `${process.env['SLUICE_DISPATCHER_ID']}-${i + 1}`
             : `dispatcher-${i + 1}`,
         },
       );
-      started.push(child);
       dispatchers.push(`${match[1]!}/status  (${role} at start; /metrics)`);
     }
     const gateways: string[] = [];
     for (const i of [0, 1]) {
-      const [child, match] = await startChild(
+      const [, match] = await start(
         `gateway-${i + 1}`,
         process.execPath,
         [cliMain, 'gateway'],
         ready('gateway'),
-        {
-          ...env,
-          PORT: String(gatewayPort === 0 ? 0 : gatewayPort + i),
-          SLUICE_REPLICA_ID: `gateway-${i + 1}`,
-        },
+        { ...env, PORT: plan.gatewayPorts[i], SLUICE_REPLICA_ID: `gateway-${i + 1}` },
       );
-      started.push(child);
       gateways.push(match[1]!);
     }
 
+    const configured = configFile === undefined ? undefined : await configuredEngines(configFile);
+    const engines = configured
+      ? configured.lines
+      : [
+          `  engine       ${engineUrl}${plan.simulator ? '  (engine simulator, homelab profile; metrics at /metrics)' : ''}`,
+        ];
     process.stdout.write(
       [
         'sluice up: local stack running (Ctrl-C stops it)',
-        `  redis        ${redisUrl}`,
-        `  engine       ${engineUrl}${process.env['VLLM_URL'] ? '' : '  (engine simulator, homelab profile; metrics at /metrics)'}`,
+        `  redis        ${redisUrl ?? 'as REDIS_SENTINELS / REDIS_CLUSTER_NODES name it'}`,
+        ...(configured ? ['  (no engine simulator: SLUICE_CONFIG lists the engines)'] : []),
+        ...engines,
         ...gateways.map((url) => `  gateway      ${url}  (OpenAI API at /v1, /metrics, /readyz)`),
         ...dispatchers.map((url) => `  dispatcher   ${url}`),
-        `try: curl ${gateways[0]}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"reasoning","messages":[{"role":"user","content":"hi"}]}'`,
+        `try: curl ${gateways[0]}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"${configured?.model ?? 'reasoning'}","messages":[{"role":"user","content":"hi"}]}'`,
         '',
       ].join('\n'),
     );
     const first = await Promise.race(
-      started.map(async (s) => {
+      spawned.map(async (s) => {
         await exited(s.child);
         await Promise.all([s.child.stdout!, s.child.stderr!].map(ended));
         return s;
@@ -211,10 +317,14 @@ export async function runUp(argv: string[]): Promise<void> {
         `${exitLine(name, child.exitCode, child.signalCode)}; stopping the stack. Its last lines:\n${first.lastLines().join('\n')}`,
       );
     }
+  } catch (err) {
+    // A stop during start-up ends up as a stop after it does: every child gone, exit 0.
+    if (!(err instanceof Stopped)) throw err;
+    process.stdout.write(`sluice up: stopped (${stopping}) before the stack was running\n`);
   } finally {
-    stopAll();
+    terminate();
     // Return only once every component is gone, so a supervisor that saw `up` exit can
     // reuse the ports at once.
-    await Promise.all(started.map(({ child }) => exited(child)));
+    await Promise.all(spawned.map(({ child }) => exited(child)));
   }
 }

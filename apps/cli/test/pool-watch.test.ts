@@ -59,6 +59,10 @@ describe('sluice status arguments', () => {
     expect(parseStatusArgs(['--json'])).toEqual({ json: true });
     expect(parseStatusArgs(['--watch'])).toEqual({ json: false, watchMs: 1000 });
     expect(parseStatusArgs(['-w', '--interval', '0.5'])).toEqual({ json: false, watchMs: 500 });
+    expect(parseStatusArgs(['-w', '--interval', '3600'])).toEqual({
+      json: false,
+      watchMs: 3_600_000,
+    });
   });
 
   it.each([
@@ -66,7 +70,14 @@ describe('sluice status arguments', () => {
     [['extra'], /Unexpected argument 'extra'/],
     [['--interval', '2'], /--interval goes with --watch/],
     [['--watch', '--json'], /do not go together/],
-    [['--watch', '--interval', 'x'], /--interval="x" is invalid: expected seconds >= 0.1/],
+    [
+      ['--watch', '--interval', 'x'],
+      /--interval="x" is invalid: expected seconds from 0.1 to 3600/,
+    ],
+    [['--watch', '--interval', '0.05'], /--interval="0.05" is invalid/],
+    // Past 2^31-1 ms a timer fires after 1 ms: the view would read Redis in a tight loop.
+    [['--watch', '--interval', '2200000'], /--interval="2200000" is invalid/],
+    [['--watch', '--interval', '3600.5'], /--interval="3600.5" is invalid/],
   ])('refuses %j with one clear line', (argv, message) => {
     expect(() => parseStatusArgs(argv)).toThrow(StatusUsageError);
     expect(() => parseStatusArgs(argv)).toThrow(message);

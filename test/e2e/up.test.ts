@@ -1,0 +1,164 @@
+// `sluice up` stopped while it starts, stopped twice, and run on a pools file. A stop during
+// start-up reaches the child being started and starts nothing more; a second signal is passed
+// on to the children still stopping instead of killing up and leaving them without a parent;
+// with SLUICE_CONFIG the file names the engines, so up starts no simulator and adds no
+// VLLM_URL (which the configuration refuses beside a pools file).
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  chat,
+  freePort,
+  readAll,
+  sluiceBin,
+  startEngineSim,
+  startProcess,
+  startRedis,
+  type StartedProcess,
+} from '../support/index.ts';
+
+const cleanup: { stop(): Promise<void> }[] = [];
+afterEach(async () => {
+  for (const p of cleanup.splice(0).reverse()) await p.stop();
+});
+
+/** `sluice up` with the children's logs echoed and its own start lines, on free ports. */
+async function up(env: Record<string, string>, ready: RegExp): Promise<StartedProcess> {
+  const proc = await startProcess({
+    command: process.execPath,
+    args: [sluiceBin, 'up'],
+    env: {
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      PORT: '0',
+      METRICS_PORT: '0',
+      SLUICE_ENGINE_PORT: '0',
+      SLUICE_REDIS_PORT: String(await freePort()),
+      REDIS_URL: '',
+      VLLM_URL: '',
+      SLUICE_CONFIG: '',
+      SLUICE_UP_VERBOSE: '1',
+      ...env,
+    },
+    ready,
+    // Several processes start one after another: a ceiling for a loaded machine, not a speed.
+    timeoutMs: 50_000,
+  });
+  cleanup.push(proc);
+  return proc;
+}
+
+/** The children up said it started (SLUICE_UP_VERBOSE), in order. */
+function startedChildren(proc: StartedProcess): { name: string; pid: number }[] {
+  return proc.output.flatMap((line) => {
+    const m = /^sluice up: starting (\S+) \(pid (\d+)\)$/.exec(line);
+    return m ? [{ name: m[1]!, pid: Number(m[2]) }] : [];
+  });
+}
+
+/** Whether a process with this pid exists (signal 0 checks without sending anything). */
+function exists(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    throw err;
+  }
+}
+
+describe('sluice up stopped', () => {
+  it('during start-up: stops the child being started, starts nothing more, exits 0 with no child left', async () => {
+    // Nothing listens there: dispatcher-1 waits for Redis and never becomes ready.
+    const proc = await up(
+      { REDIS_URL: `redis://127.0.0.1:${await freePort()}` },
+      /^sluice up: starting dispatcher-1 \(pid \d+\)$/,
+    );
+    const children = startedChildren(proc);
+    expect(children.map((c) => c.name)).toEqual(['engine-sim', 'dispatcher-1']);
+
+    proc.child.kill('SIGTERM');
+    const { code, signal } = await proc.closed;
+    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    expect(proc.output).toContain('sluice up: stopped (SIGTERM) before the stack was running');
+    expect(startedChildren(proc)).toEqual(children);
+    // up returns only once its children are gone (and reaped), the one being started too.
+    expect(children.filter((c) => exists(c.pid))).toEqual([]);
+  }, 120_000);
+
+  it('twice: the second signal reaches the children still stopping, and up still outlives them', async () => {
+    const redis = await startRedis();
+    cleanup.push(redis);
+    // A step per second: the stream below outlasts the test unless something cuts it.
+    const sim = await startEngineSim(['--model', 'm', '--step-overhead-seconds', '1']);
+    cleanup.push(sim);
+    const proc = await up(
+      // The first signal alone leaves gateway-1 serving its held stream for ten minutes.
+      { REDIS_URL: redis.url, VLLM_URL: sim.url, SLUICE_SHUTDOWN_DRAIN_SECONDS: '600' },
+      /^try: curl/,
+    );
+    const children = startedChildren(proc);
+    expect(children.map((c) => c.name)).toEqual([
+      'dispatcher-1',
+      'dispatcher-2',
+      'gateway-1',
+      'gateway-2',
+    ]);
+    const gateway = /^ {2}gateway +(http:\S+)/m.exec(proc.output.join('\n'))![1]!;
+    const res = await chat(gateway, 'held', { stream: true, max_tokens: 5000, ignore_eos: true });
+    expect(res.status).toBe(200);
+    // The answer's head is out: gateway-1 holds this client and drains it on SIGTERM.
+    const answer = readAll(res);
+
+    proc.child.kill('SIGTERM');
+    await proc.waitForLine(/^\[gateway-1\] .*"held":1.*"msg":"gateway draining"/);
+    // Draining its held stream for ten minutes: only the second signal ends it.
+    proc.child.kill('SIGTERM');
+    const { code, signal } = await proc.closed;
+    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    expect(children.filter((c) => exists(c.pid))).toEqual([]);
+    // Cut short by the second signal, and told so in the stream.
+    expect(await answer).toMatch(/shutting_down/);
+  }, 120_000);
+});
+
+describe('sluice up with SLUICE_CONFIG', () => {
+  it('starts no simulator, serves through the engines the file lists, and says so', async () => {
+    const sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
+    cleanup.push(sim);
+    const dir = await mkdtemp(join(tmpdir(), 'sluice-up-'));
+    cleanup.push({ stop: () => rm(dir, { recursive: true, force: true }) });
+    const file = join(dir, 'pools.yaml');
+    await writeFile(
+      file,
+      [
+        'pools:',
+        '  - name: chat',
+        '    models: [m]',
+        '    engines:',
+        `      - { url: "${sim.url}", maxInflight: 2 }`,
+        '',
+      ].join('\n'),
+    );
+    const proc = await up({ SLUICE_CONFIG: file }, /^try: curl/);
+    const printed = proc.output.filter((l) => !l.startsWith('[')).join('\n');
+    expect(printed).toContain('sluice up: local stack running');
+    expect(printed).toContain('  (no engine simulator: SLUICE_CONFIG lists the engines)');
+    expect(printed).toContain(`  engine       ${sim.url}  (pool chat, from SLUICE_CONFIG)`);
+    expect(printed).toContain(`"model":"m"`);
+    expect(startedChildren(proc).map((c) => c.name)).toEqual([
+      'redis',
+      'dispatcher-1',
+      'dispatcher-2',
+      'gateway-1',
+      'gateway-2',
+    ]);
+
+    const gateway = /^ {2}gateway +(http:\S+)/m.exec(printed)![1]!;
+    const res = await chat(gateway, 'hi', { max_tokens: 2 });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-sluice-engine')).toBe(new URL(sim.url).host);
+    await res.text();
+  }, 120_000);
+});
