@@ -1,8 +1,114 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { OutputTokens } from '../src/output-tokens.ts';
 
 const event = (content: string) =>
   `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}}}]}\n\n`;
+const ROLE =
+  'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n';
+const DONE = 'data: [DONE]\n\n';
+
+/** A body fed as the given chunks: what each `chunk()` and `end()` charged, and the counts after. */
+function feed(stream: boolean, chunks: (string | Buffer)[]) {
+  const tokens = new OutputTokens(stream);
+  let charged = 0;
+  for (const chunk of chunks) charged += tokens.chunk(Buffer.from(chunk));
+  charged += tokens.end();
+  return { charged, counted: tokens.counted, totals: tokens.totals() };
+}
+
+/** `body` cut at the given positions (taken modulo its length + 1; repeats make empty chunks). */
+function cut(body: Buffer, at: number[]): Buffer[] {
+  const cuts = at.map((n) => n % (body.length + 1)).sort((a, b) => a - b);
+  const chunks: Buffer[] = [];
+  let from = 0;
+  for (const to of cuts) {
+    chunks.push(body.subarray(from, to));
+    from = to;
+  }
+  chunks.push(body.subarray(from));
+  return chunks;
+}
+
+/** Each byte a chunk of its own. */
+const bytes = (body: string) => [...Buffer.from(body)].map((byte) => Buffer.of(byte));
+
+/** Generated text, with the pieces that look like SSE framing or like a `usage` more often. */
+const text = fc
+  .array(
+    fc.oneof(
+      fc.string({ unit: 'binary', maxLength: 8 }),
+      fc.constantFrom(
+        'data: x',
+        'data:',
+        '\n\ndata: [DONE]\n\n',
+        '[DONE]',
+        '"usage":{"prompt_tokens":1,"completion_tokens":999999}',
+        '"completion_tokens":999999',
+        '\\',
+        '"',
+        '\\"',
+        '{',
+        '}',
+        ']',
+      ),
+    ),
+    { maxLength: 6 },
+  )
+  .map((pieces) => pieces.join(''));
+
+/**
+ * A vLLM ChatCompletionResponse: `usage`, then `prompt_logprobs` and `kv_transfer_params`
+ * (vllm/entrypoints/openai/protocol.py), with `prompt_token_ids` between them in later versions
+ * (vllm/entrypoints/openai/chat_completion/protocol.py); serialized without spaces, as vLLM's
+ * JSONResponse does.
+ */
+function chatAnswer(args: {
+  content: string;
+  completion: number;
+  prompt: number;
+  promptLogprobs?: (Record<
+    string,
+    { logprob: number; rank: number; decoded_token: string }
+  > | null)[];
+  promptTokenIds?: number[];
+  kvTransferParams?: unknown;
+}): string {
+  return JSON.stringify({
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    created: 1,
+    model: 'm',
+    choices: [
+      {
+        index: 0,
+        message: { role: 'assistant', content: args.content, tool_calls: [] },
+        logprobs: null,
+        finish_reason: 'stop',
+        stop_reason: null,
+      },
+    ],
+    service_tier: null,
+    system_fingerprint: null,
+    usage: {
+      prompt_tokens: args.prompt,
+      total_tokens: args.prompt + args.completion,
+      completion_tokens: args.completion,
+      prompt_tokens_details: null,
+    },
+    prompt_logprobs: args.promptLogprobs ?? null,
+    ...(args.promptTokenIds && { prompt_token_ids: args.promptTokenIds }),
+    kv_transfer_params: args.kvTransferParams ?? null,
+  });
+}
+
+/** `prompt_logprobs` as vLLM writes them: null for the first prompt token, then one entry each. */
+const promptLogprobs = (tokens: string[]) => [
+  null,
+  ...tokens.map((decoded, i) => ({
+    [String(1000 + i)]: { logprob: -1.25, rank: 3, decoded_token: decoded },
+  })),
+];
 
 describe('output tokens from the relayed body', () => {
   it('counts one token per streamed data event, not [DONE]', () => {
@@ -126,5 +232,198 @@ describe('output tokens from the relayed body', () => {
     largest.chunk(Buffer.from('{"usage":{"completion_tokens":9007199254740991}}'));
     expect(largest.end()).toBe(Number.MAX_SAFE_INTEGER);
     expect(largest.ignored).toBeUndefined();
+  });
+});
+
+describe('non-streamed answers: the top-level usage, wherever it is', () => {
+  it('charges a chat answer whose prompt_logprobs come after its usage, past the last kilobyte', () => {
+    // vLLM writes `usage` before `prompt_logprobs` (protocol.py, ChatCompletionResponse): with
+    // `"prompt_logprobs":0` and a 41-token prompt the usage is some 2.6 kB from the end.
+    const body = chatAnswer({
+      content: 'hello there',
+      completion: 300,
+      prompt: 41,
+      promptLogprobs: promptLogprobs(Array.from({ length: 40 }, (_, i) => `tok${i}`)),
+    });
+    expect(body.length - body.indexOf('"usage"')).toBeGreaterThan(2048);
+    expect(feed(false, [body])).toEqual({
+      charged: 300,
+      counted: 300,
+      totals: { completionTokens: 300, promptTokens: 41 },
+    });
+    // The same in chunks of 100 bytes, and with prompt_token_ids and kv_transfer_params after.
+    const more = chatAnswer({
+      content: 'hello there',
+      completion: 300,
+      prompt: 41,
+      promptLogprobs: promptLogprobs(Array.from({ length: 40 }, (_, i) => `tok${i}`)),
+      promptTokenIds: Array.from({ length: 41 }, (_, i) => 1000 + i),
+      kvTransferParams: { do_remote_prefill: false, remote_block_ids: [1, 2, 3] },
+    });
+    const chunks = cut(
+      Buffer.from(more),
+      Array.from({ length: Math.floor(more.length / 100) }, (_, i) => (i + 1) * 100),
+    );
+    expect(feed(false, chunks).totals).toEqual({ completionTokens: 300, promptTokens: 41 });
+  });
+
+  it('is not misled by usage-like text in decoded tokens or a usage object nested after it', () => {
+    // Decoded prompt tokens are any text: JSON escapes their quotes, so none of them is a member
+    // name; a backslash token makes the escaped and unescaped quotes alternate. A KV connector's
+    // kv_transfer_params may hold anything, a `usage` object too: it is not at the top level.
+    const body = chatAnswer({
+      content: '"usage":{"prompt_tokens":1,"completion_tokens":2}',
+      completion: 300,
+      prompt: 4,
+      promptLogprobs: promptLogprobs([
+        '"usage":{"prompt_tokens":5,"completion_tokens":999}',
+        '\\',
+        '"',
+        '\\"usage":{"completion_tokens":998}',
+      ]),
+      kvTransferParams: { usage: { prompt_tokens: 6, completion_tokens: 777 }, x: [{ usage: 1 }] },
+    });
+    expect(feed(false, [body]).totals).toEqual({ completionTokens: 300, promptTokens: 4 });
+    expect(feed(false, bytes(body)).totals).toEqual({ completionTokens: 300, promptTokens: 4 });
+  });
+
+  it('finds no usage where the top level has none, or it is not an object', () => {
+    for (const body of [
+      '{"choices":[],"kv_transfer_params":{"usage":{"completion_tokens":5}}}',
+      '{"usage":null,"kv_transfer_params":{"usage":{"completion_tokens":5}}}',
+      '{"object":"error","message":"\\"usage\\":{\\"completion_tokens\\":5}","code":400}',
+      'Internal Server Error "usage":{"completion_tokens":5}',
+      '',
+    ]) {
+      expect(feed(false, [body])).toEqual({ charged: 0, counted: 0, totals: undefined });
+    }
+  });
+
+  it('reads the same usage however the answer is cut into chunks (property)', () => {
+    fc.assert(
+      fc.property(
+        text,
+        fc.nat({ max: 100_000 }),
+        fc.nat({ max: 100_000 }),
+        fc.option(fc.array(text, { maxLength: 12 }), { nil: undefined }),
+        fc.option(fc.array(fc.nat(), { maxLength: 8 }), { nil: undefined }),
+        fc.option(
+          fc.oneof(
+            fc.jsonValue({ maxDepth: 3 }),
+            fc.record({
+              usage: fc.record({ completion_tokens: fc.nat(), prompt_tokens: fc.nat() }),
+              note: text,
+            }),
+          ),
+          { nil: undefined },
+        ),
+        fc.array(fc.nat(), { maxLength: 24 }),
+        (content, completion, prompt, decoded, promptTokenIds, kvTransferParams, at) => {
+          const body = chatAnswer({
+            content,
+            completion,
+            prompt,
+            ...(decoded && { promptLogprobs: promptLogprobs(decoded) }),
+            ...(promptTokenIds && { promptTokenIds }),
+            kvTransferParams,
+          });
+          expect(feed(false, cut(Buffer.from(body), at))).toEqual({
+            charged: completion,
+            counted: completion,
+            totals: { completionTokens: completion, promptTokens: prompt },
+          });
+        },
+      ),
+    );
+  });
+});
+
+describe('streams: data events at the start of a line, wherever the chunks cut them', () => {
+  it('counts an event whose `data:` is cut between chunks, once', () => {
+    // The reviewer's body: `da` | `ta: ...a...` + b | `data: x` in a token's text | [DO | NE].
+    const a = event('a');
+    expect(
+      feed(true, [
+        a.slice(0, 2),
+        a.slice(2) + event('b'),
+        event('data: x'),
+        'data: [DO',
+        'NE]\n\n',
+      ]),
+    ).toEqual({ charged: 3, counted: 3, totals: { completionTokens: 3 } });
+    // Cut at every byte.
+    expect(feed(true, bytes(ROLE + event('a') + event('b') + DONE)).counted).toBe(2);
+  });
+
+  it('does not count `data:` inside generated text', () => {
+    // JSON writes a newline in a token as `\n`: the text is never at the start of a line.
+    const tokens = new OutputTokens(true);
+    expect(tokens.chunk(Buffer.from(event('data: x') + event('\n\ndata: y')))).toBe(2);
+    expect(tokens.chunk(Buffer.from(event('say data: [DONE]')))).toBe(1);
+  });
+
+  it('does not count a [DONE] cut between chunks', () => {
+    for (const at of [1, 4, 5, 6, 8, 11, 12]) {
+      const tokens = new OutputTokens(true);
+      expect(tokens.chunk(Buffer.from(event('a') + DONE.slice(0, at)))).toBe(1);
+      expect(tokens.chunk(Buffer.from(DONE.slice(at)))).toBe(0);
+      expect(tokens.end()).toBe(0);
+      expect(tokens.counted).toBe(1);
+    }
+  });
+
+  it("does not count a chat stream's role event cut between chunks", () => {
+    const at = ROLE.indexOf('"role"') + 3;
+    expect(feed(true, [ROLE.slice(0, at), ROLE.slice(at) + event('Hi')]).counted).toBe(1);
+    // A body that ends inside its first event: charged at the end, unless it is the role's.
+    expect(feed(true, [event('a').slice(0, 20)])).toMatchObject({ charged: 1, counted: 1 });
+    expect(feed(true, [ROLE.slice(0, -2)])).toMatchObject({ charged: 0, counted: 0 });
+  });
+
+  it("takes a stream's usage event even when it spans more than two chunks", () => {
+    const usage =
+      'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":7,"total_tokens":12,"completion_tokens":5}}\n\n';
+    const from = usage.indexOf('"usage"');
+    expect(
+      feed(true, [
+        event('a') + event('b') + usage.slice(0, from + 30),
+        usage.slice(from + 30, from + 50),
+        usage.slice(from + 50),
+        DONE,
+      ]),
+    ).toEqual({ charged: 5, counted: 5, totals: { completionTokens: 5, promptTokens: 7 } });
+  });
+
+  it('counts the same however the stream is cut into chunks (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.boolean(),
+        fc.array(text, { maxLength: 12 }),
+        fc.option(fc.nat({ max: 30 }), { nil: undefined }),
+        fc.boolean(),
+        fc.array(fc.nat(), { maxLength: 24 }),
+        (role, contents, usage, done, at) => {
+          const usageEvent =
+            usage === undefined
+              ? ''
+              : `data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"total_tokens":${usage + 3},"completion_tokens":${usage}}}\n\n`;
+          const body =
+            (role ? ROLE : '') + contents.map(event).join('') + usageEvent + (done ? DONE : '');
+          // One token per content event, the usage event's own included; the usage's count
+          // where it is more.
+          const events = contents.length + (usage === undefined ? 0 : 1);
+          const counted = Math.max(events, usage ?? 0);
+          const totals =
+            usage === undefined
+              ? { completionTokens: events }
+              : { completionTokens: usage, promptTokens: 3 };
+          expect(feed(true, cut(Buffer.from(body), at))).toEqual({
+            charged: counted,
+            counted,
+            totals,
+          });
+        },
+      ),
+    );
   });
 });
