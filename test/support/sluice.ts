@@ -17,6 +17,9 @@ async function start(
     args: [sluiceBin, command],
     env: { LOG_LEVEL: 'info', HOST: '127.0.0.1', ...env },
     ready: new RegExp(`"url":"([^"]+)".*"msg":"${command} ready"`),
+    // A ceiling for a loaded machine, not a speed: a gateway took over 20 s to print its ready
+    // line at a load average of 19 on two cores.
+    timeoutMs: 45_000,
   });
   return { url: proc.ready[1]!, process: proc, stop: (signal) => proc.stop(signal) };
 }

@@ -17,20 +17,32 @@ export class ConfigError extends Error {
 
 const MAX_SHOWN = 120;
 
-/** A value as it appears in a message: JSON (so quotes and blanks are visible), one line, capped. */
-export function show(value: unknown): string {
+/**
+ * A value as it appears in a message: JSON (so quotes and blanks are visible), one line, capped.
+ * `replacer` is JSON.stringify's: it may hide parts of a structured value.
+ */
+export function show(
+  value: unknown,
+  replacer?: (this: unknown, key: string, value: unknown) => unknown,
+): string {
   let text: string;
   try {
-    text = JSON.stringify(value) ?? String(value);
+    text = JSON.stringify(value, replacer) ?? String(value);
   } catch {
     text = String(value);
   }
   return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN)}…` : text;
 }
 
-/** How a secret appears in a message: never its characters, only its length. */
-export function hidden(value: string): string {
-  return `(hidden, ${value.length} characters)`;
+/**
+ * How a secret appears in a message: never its characters, only its length, or only its kind
+ * when it is not a scalar (a key written as a list or a mapping still holds the key).
+ */
+export function hidden(value: unknown): string {
+  if (value === null || value === undefined) return '(hidden, empty)';
+  if (Array.isArray(value)) return '(hidden, a list)';
+  if (typeof value === 'object') return '(hidden, a mapping)';
+  return `(hidden, ${String(value).length} characters)`;
 }
 
 /** `NAME=<shown value> is invalid: expected <allowed>`. */

@@ -9,7 +9,7 @@ import {
   type ResolvedDegradation,
 } from './degradation.js';
 import { ConfigError, hidden, show } from './errors.js';
-import { engineNameFromUrl, matching, oneOf, type Rule } from './rules.js';
+import { engineNameFromUrl, maskCredentials, matching, oneOf, type Rule } from './rules.js';
 import { readTenants } from './tenants.js';
 import type {
   DegradationConfig,
@@ -85,6 +85,34 @@ type Mapping = Record<string, unknown>;
 const isMapping = (value: unknown): value is Mapping =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
+/**
+ * Keys of the file whose values are secrets: an engine's or a pass-through's `apiKey`, a
+ * tenant's `apiKeys`. Whatever was written at one of them (a string, a number, a list, a
+ * mapping), it was meant as a secret, so no message shows it, nor any such key inside a value
+ * that is shown. The one place that decides.
+ */
+const SECRET_KEYS: ReadonlySet<string> = new Set(['apiKey', 'apiKeys']);
+
+/** The key a path ends in: `apiKeys` for `tenants[0].apiKeys[2]`. */
+const lastKey = (path: string) => /(?:^|\.)([^.[\]]+)(?:\[\d+\])*$/.exec(path)?.[1] ?? '';
+
+/**
+ * What a message may show of the value under `key`: a secret hidden (SECRET_KEYS), and a
+ * `url` (refused when it carries credentials, but shown in the message) with them masked.
+ */
+function concealed(key: string, value: unknown): unknown {
+  if (SECRET_KEYS.has(key)) return hidden(value);
+  if (key === 'url' && typeof value === 'string') return maskCredentials(value);
+  return value;
+}
+
+/** A value of the file as a message shows it, at `path` and anywhere inside it. */
+function showAt(path: string, value: unknown): string {
+  const key = lastKey(path);
+  if (SECRET_KEYS.has(key)) return hidden(value);
+  return show(concealed(key, value), concealed);
+}
+
 /** Reads one file; every error names the file and the path inside it. */
 export class FileChecker {
   constructor(readonly file: string) {}
@@ -93,9 +121,12 @@ export class FileChecker {
     return new ConfigError(path, `${this.file}: ${path} ${detail}`);
   }
 
-  invalid(path: string, value: unknown, allowed: string, secret = false): ConfigError {
-    const shown = secret && typeof value === 'string' ? hidden(value) : show(value);
-    return new ConfigError(path, `${this.file}: ${path}=${shown} is invalid: expected ${allowed}`);
+  /** `<file>: <path>=<value> is invalid: expected <allowed>`; secrets are never shown. */
+  invalid(path: string, value: unknown, allowed: string): ConfigError {
+    return new ConfigError(
+      path,
+      `${this.file}: ${path}=${showAt(path, value)} is invalid: expected ${allowed}`,
+    );
   }
 
   mapping(value: unknown, path: string, keys: readonly string[]): Mapping {
@@ -116,17 +147,11 @@ export class FileChecker {
     return value;
   }
 
-  optional<T>(
-    owner: Mapping,
-    key: string,
-    path: string,
-    rule: Rule<T>,
-    secret = false,
-  ): T | undefined {
+  optional<T>(owner: Mapping, key: string, path: string, rule: Rule<T>): T | undefined {
     if (!Object.hasOwn(owner, key)) return undefined;
     const raw = owner[key];
     const value = rule.fromValue(raw);
-    if (value === undefined) throw this.invalid(join(path, key), raw, rule.allowed, secret);
+    if (value === undefined) throw this.invalid(join(path, key), raw, rule.allowed);
     return value;
   }
 
@@ -268,7 +293,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
           check.optional(engine, 'maxInflight', enginePath, shared.maxInflight) ?? poolCap;
         if (cap === undefined) usedDefaultCap = true;
         const apiKey =
-          check.optional(engine, 'apiKey', enginePath, shared.apiKey, true) ?? defaults.apiKey;
+          check.optional(engine, 'apiKey', enginePath, shared.apiKey) ?? defaults.apiKey;
         const lane = check.optional(engine, 'lane', enginePath, lanes) ?? 'any';
         return {
           name,
@@ -309,7 +334,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const model = check.required(entry, 'model', path, shared.modelName);
     claimModel(model, `${path}.model`);
     const url = check.required(entry, 'url', path, shared.engineUrl);
-    const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey, true);
+    const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey);
     return { model, url, ...(apiKey === undefined ? {} : { apiKey }) };
   });
 

@@ -132,17 +132,24 @@ export function endpointUrl(example: string): Rule<string> {
   };
 }
 
-/** `redis://` or `rediss://`, optional user and password, optional numeric database. */
+/**
+ * `redis://` or `rediss://`, optional user and password, optional numeric database. No query:
+ * ioredis reads its parameters as connection options over the ones each role sets
+ * (`?commandTimeout=0` would lift the request path's bound), and `?password=` would be a
+ * credential the masking of messages cannot know; a user, a password and TLS have their own
+ * places (in the URL before the host, REDIS_USERNAME / REDIS_PASSWORD, `rediss://`).
+ */
 export function redisUrl(): Rule<string> {
   const fromText = (raw: string) => {
     const url = parseUrl(raw);
     if (!url || (url.protocol !== 'redis:' && url.protocol !== 'rediss:')) return undefined;
-    if (url.hostname === '' || !/^(\/(\d+)?)?$/.test(url.pathname) || raw.includes('#'))
-      return undefined;
+    if (url.hostname === '' || !/^(\/(\d+)?)?$/.test(url.pathname)) return undefined;
+    if (raw.includes('?') || raw.includes('#')) return undefined;
     return raw; // as written: ioredis parses it again, and re-encoding could alter a password
   };
   return {
-    allowed: 'a redis:// or rediss:// URL such as redis://:password@host:6379/0',
+    allowed:
+      'a redis:// or rediss:// URL such as redis://:password@host:6379/0, without a query (use REDIS_USERNAME, REDIS_PASSWORD, and rediss:// for TLS; see docs/redis.md)',
     fromText,
     fromValue: textOnly(fromText),
   };
@@ -194,9 +201,32 @@ export function nameList(pattern: RegExp, allowed: string): Rule<string[]> {
   return { allowed, fromText, fromValue: textOnly(fromText) };
 }
 
-/** Masks the credentials of a URL-like string for messages: `redis://***@host:6379`. */
+/**
+ * Masks whatever could be credentials in a URL-like string, for messages and logs:
+ * `redis://:pw@host:6379/0` becomes `redis://***@host:6379/0`. Valid or not, what is hidden:
+ * - everything between the scheme and the last `@`: the host follows the last one, and a
+ *   password may itself hold `@`, `/`, `?` or `#` (`redis://:p@ss@host` logs in with `p@ss`);
+ *   without a well-formed `scheme:/`, the whole text before it;
+ * - a query or fragment (`?password=...`);
+ * - after a scheme and a host, a port that is not a number and all that follows
+ *   (`redis://:s3cret`, `redis://user:s3cret`: the `@host` forgotten).
+ * What is left is a scheme, a host, a numeric port and a path.
+ */
 export function maskCredentials(raw: string): string {
-  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)[^@/]*@/i, '$1***@');
+  const scheme = /^[a-z][a-z0-9+.-]*:\/+/i.exec(raw)?.[0] ?? '';
+  const afterScheme = raw.slice(scheme.length);
+  const at = afterScheme.lastIndexOf('@');
+  let rest = afterScheme.slice(at + 1);
+  const query = rest.search(/[?#]/);
+  if (query !== -1) rest = `${rest.slice(0, query + 1)}***`;
+  const badPort = /^(?:\[[^\]]*\]|[^:/[\]]*):(?!\d*(?:[/?#]|$))/.exec(rest);
+  if (scheme !== '' && badPort) rest = `${badPort[0]}***`;
+  return `${scheme}${at === -1 ? '' : '***@'}${rest}`;
+}
+
+/** `maskCredentials` for each item of a comma-separated list (REDIS_SENTINELS, ...). */
+export function maskListCredentials(raw: string): string {
+  return raw.split(',').map(maskCredentials).join(',');
 }
 
 /** The name an engine gets when the file gives none: `host:port` of its URL. */

@@ -54,15 +54,11 @@ export function readTenants(
   const nameAt = new Map<string, string>();
   const digestAt = new Map<string, string>();
 
-  const claim = (digest: string, at: string, secret: string | undefined) => {
+  // `written` is what the file has at `at`: a plain key there is never shown (FileChecker).
+  const claim = (digest: string, at: string, written: string) => {
     const other = digestAt.get(digest);
     if (other === undefined) return digestAt.set(digest, at);
-    throw check.invalid(
-      at,
-      secret ?? digest,
-      `a key no other entry has (already at ${other})`,
-      secret !== undefined,
-    );
+    throw check.invalid(at, written, `a key no other entry has (already at ${other})`);
   };
 
   return list.map((rawTenant, t): TenantConfig => {
@@ -79,8 +75,7 @@ export function readTenants(
       check.list(tenant['apiKeys'], `${path}.apiKeys`, 'keys', false).forEach((item, k) => {
         const at = `${path}.apiKeys[${k}]`;
         const key = shared.apiKey.fromValue(item);
-        // Whatever was written there, it was meant as a secret: never shown.
-        if (key === undefined) throw check.invalid(at, String(item), shared.apiKey.allowed, true);
+        if (key === undefined) throw check.invalid(at, item, shared.apiKey.allowed);
         const digest = keyDigest(key);
         claim(digest, at, key);
         keySha256.push(digest);
@@ -92,7 +87,7 @@ export function readTenants(
           const at = `${path}.apiKeySha256[${k}]`;
           const digest = rules.digest.fromValue(item);
           if (digest === undefined) throw check.invalid(at, item, rules.digest.allowed);
-          claim(digest, at, undefined);
+          claim(digest, at, digest);
           keySha256.push(digest);
         });
     if (keySha256.length === 0)

@@ -7,6 +7,7 @@ import {
   endpointUrl,
   integer,
   maskCredentials,
+  maskListCredentials,
   matching,
   oneOf,
   originUrl,
@@ -30,7 +31,8 @@ export const MAX_PRIORITY = 699_049;
 /** Rules shared by an environment variable and a field of the YAML file. */
 export const shared = {
   maxInflight: integer(1),
-  queueDepth: integer(0),
+  // 0 would refuse every request: the admission script refuses when queued >= this.
+  queueDepth: integer(1),
   maxParkSeconds: decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
   longPromptTokens: integer(1),
   longMaxShare: decimal({ min: 0, exclusiveMin: true, max: 1 }),
@@ -64,6 +66,9 @@ function v<T>(rule: Rule<T>, spec: Omit<Variable<NoInfer<T>>, keyof Rule<T>>): V
 }
 
 const ms = (min: number) => integer(min, MAX_TIMER_MS);
+/** How a URL appears in a message: credentials written into it are `***` (maskCredentials). */
+const maskedUrl = (raw: string) => show(maskCredentials(raw));
+const maskedList = (raw: string) => show(maskListCredentials(raw));
 const filePath = matching(/^\S(.*\S)?$/, 'a file path');
 const secret = matching(/^[^\p{Cc}]+$/u, 'text without control characters');
 const id = matching(/^[A-Za-z0-9._-]{1,128}$/, "1 to 128 letters, digits, '.', '_' or '-'");
@@ -76,11 +81,13 @@ export const VARIABLES = {
   REDIS_URL: v(redisUrl(), {
     fallback: 'redis://127.0.0.1:6379',
     help: 'Redis for the queue, reply channels and leases (a single node); may carry a password and a database number; leave unset with REDIS_SENTINELS or REDIS_CLUSTER_NODES',
-    display: (raw) => show(maskCredentials(raw)),
+    display: maskedUrl,
   }),
   REDIS_SENTINELS: v(hostPortList('10.0.0.1:26379,10.0.0.2:26379'), {
     defaultText: 'unset',
     help: 'Redis Sentinel: the sentinels to ask for the current master (with REDIS_SENTINEL_MASTER; REDIS_URL unset); see docs/redis.md',
+    // A valid list holds no credentials, but someone may have written `:pw@host:port` there.
+    display: maskedList,
   }),
   REDIS_SENTINEL_MASTER: v(id, {
     defaultText: 'unset',
@@ -94,6 +101,7 @@ export const VARIABLES = {
   REDIS_CLUSTER_NODES: v(hostPortList('10.0.0.1:6379,10.0.0.2:6379'), {
     defaultText: 'unset',
     help: 'Redis Cluster: seed nodes (any few masters or replicas; REDIS_URL unset); see docs/redis.md',
+    display: maskedList,
   }),
   REDIS_USERNAME: v(matching(/^[\x21-\x7e]+$/, 'visible ASCII characters (no blanks)'), {
     defaultText: 'unset',
@@ -136,6 +144,8 @@ export const VARIABLES = {
   }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',
+    // Refused with credentials in it, but not shown with them.
+    display: maskedUrl,
     help: 'origin of one engine, for the single-pool case (a pool named default)',
   }),
   VLLM_MODEL: v(shared.modelName, {
@@ -165,7 +175,7 @@ export const VARIABLES = {
   }),
   VLLM_MAX_QUEUE_DEPTH: v(shared.queueDepth, {
     fallback: 8,
-    help: 'queued requests per pool before new ones are refused',
+    help: 'queued requests per pool before new ones are refused (every request passes the queue, so 0 would refuse them all)',
   }),
   ADMISSION_LONG_PROMPT_TOKENS: v(shared.longPromptTokens, {
     fallback: 8192,
@@ -309,6 +319,7 @@ export const VARIABLES = {
   }),
   DCGM_URL: v(endpointUrl('http://dcgm-exporter:9400/metrics'), {
     defaultText: 'unset',
+    display: maskedUrl,
     help: "dcgm-exporter's metrics URL; required when GPU_SOURCE=dcgm",
   }),
   LOG_LEVEL: v(oneOf(LOG_LEVELS), { fallback: 'info', help: 'pino log level' }),

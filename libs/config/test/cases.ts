@@ -74,6 +74,9 @@ export const bad: Record<VariableName, string[]> = {
     'redis://host/0/1',
     ' redis://host',
     'redis://host#x',
+    'redis://host:6379/0?password=pw',
+    'redis://host?commandTimeout=0',
+    'redis://host?',
   ],
   REDIS_SENTINELS: [
     'sentinel-1',
@@ -115,7 +118,7 @@ export const bad: Record<VariableName, string[]> = {
   ADMISSION_MAX_INFLIGHT: ['0', '-3', '2.5', 'ten', '9007199254740993', '4 '],
   ADMISSION_KV_THRESHOLD: ['1.5', '-0.1', 'NaN', 'Infinity', 'abc', '0x1', '.', '90%', '1.0000001'],
   ADMISSION_MAX_PARK_SECONDS: ['0', '-1', 'inf', '2147484', '2m'],
-  VLLM_MAX_QUEUE_DEPTH: ['-1', '1.5', 'x'],
+  VLLM_MAX_QUEUE_DEPTH: ['0', '-1', '1.5', 'x'],
   ADMISSION_LONG_PROMPT_TOKENS: ['0', '-1', '8k', '1.5'],
   ADMISSION_LONG_MAX_SHARE: ['0', '1.5', '-0.5', 'half'],
   ADMISSION_LONG_MAX_PREFILLS: ['0', '1.5', 'x'],
@@ -266,7 +269,7 @@ export const good: Record<
     ['ON', true, { VLLM_URL: 'http://e:1' }],
   ],
   VLLM_MAX_QUEUE_DEPTH: [
-    ['0', 0, { VLLM_URL: 'http://e:1' }],
+    ['1', 1, { VLLM_URL: 'http://e:1' }],
     ['1000', 1000, { VLLM_URL: 'http://e:1' }],
   ],
   ADMISSION_FAIL_MODE: [

@@ -157,7 +157,15 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a negative queue depth',
       pool('    queueDepth: -1\n'),
       'pools[0].queueDepth',
-      '/etc/sluice.yaml: pools[0].queueDepth=-1 is invalid: expected an integer >= 0',
+      '/etc/sluice.yaml: pools[0].queueDepth=-1 is invalid: expected an integer >= 1',
+    ],
+    [
+      // Every request passes the queue: the admission script refuses at queued >= depth, so
+      // a depth of 0 would leave the pool refusing everything.
+      'a queue depth of 0',
+      pool('    queueDepth: 0\n'),
+      'pools[0].queueDepth',
+      '/etc/sluice.yaml: pools[0].queueDepth=0 is invalid: expected an integer >= 1',
     ],
     [
       'a zero park time',

@@ -6,6 +6,13 @@ import { envError } from './helpers.js';
 
 const names = Object.keys(VARIABLES) as VariableName[];
 const secrets: VariableName[] = ['VLLM_API_KEY', 'REDIS_PASSWORD', 'REDIS_SENTINEL_PASSWORD'];
+const masked: VariableName[] = [
+  'REDIS_URL',
+  'REDIS_SENTINELS',
+  'REDIS_CLUSTER_NODES',
+  'VLLM_URL',
+  'DCGM_URL',
+];
 
 describe('the variable table', () => {
   it('has bad values, a destination and (but for SLUICE_CONFIG) good values for every variable', () => {
@@ -56,6 +63,15 @@ describe('invalid values', () => {
     );
   });
 
+  it('refuses a queue depth of 0: every request passes the queue, so it would refuse them all', () => {
+    const error = envError({ VLLM_URL: 'http://e:1', VLLM_MAX_QUEUE_DEPTH: '0' });
+    expect(error.variable).toBe('VLLM_MAX_QUEUE_DEPTH');
+    expect(error.message).toBe('VLLM_MAX_QUEUE_DEPTH="0" is invalid: expected an integer >= 1');
+    expect(
+      loadConfig({ VLLM_URL: 'http://e:1', VLLM_MAX_QUEUE_DEPTH: '1' }).pools[0]?.queueDepth,
+    ).toBe(1);
+  });
+
   const cases = names.flatMap((name) => bad[name].map((raw) => [name, raw] as const));
   it.each(cases)(
     '%s=%j is refused, naming the variable, the value and what is allowed',
@@ -67,7 +83,8 @@ describe('invalid values', () => {
         expect(error.message).toBe(
           `${name}=(hidden, ${raw.length} characters) is invalid: expected ${allowed}`,
         );
-      else if (name === 'REDIS_URL' || raw.length > 120)
+      else if (masked.includes(name) || raw.length > 120)
+        // Credentials in a URL are masked (maskCredentials; pinned in redis.test.ts).
         expect(error.message).toMatch(new RegExp(`^${name}=".*("|…) is invalid: expected `));
       else
         expect(error.message).toBe(
@@ -87,6 +104,17 @@ describe('invalid values', () => {
     expect(error.message).not.toContain('hunter2');
     expect(error.message).toMatch(
       /^REDIS_URL="http:\/\/\*\*\*@redis:6379" is invalid: expected a redis/,
+    );
+  });
+
+  it('masks credentials written into VLLM_URL or DCGM_URL', () => {
+    const engine = envError({ VLLM_URL: 'http://:s3cret@vllm:8000' });
+    expect(engine.message).toBe(
+      `VLLM_URL="http://***@vllm:8000" is invalid: expected ${VARIABLES.VLLM_URL.allowed}`,
+    );
+    const dcgm = envError({ GPU_SOURCE: 'dcgm', DCGM_URL: 'http://u:s3cret@dcgm:9400/metrics' });
+    expect(dcgm.message).toBe(
+      `DCGM_URL="http://***@dcgm:9400/metrics" is invalid: expected ${VARIABLES.DCGM_URL.allowed}`,
     );
   });
 

@@ -156,8 +156,13 @@ export interface RedisConnectOptions {
 // coming back; never give up: Redis restarts and failovers are routine.
 const backoff = (attempt: number) => Math.min(50 * 2 ** attempt, 1000);
 
-// A replica answers writes with READONLY: we are talking to a demoted master. Reconnecting
-// asks the sentinels again; resending is safe because the command was not executed.
+// A replica answers writes with READONLY: we are talking to a demoted master, and the socket
+// would stay on it for good (nothing closes it). Reconnecting finds the master again: through
+// Sentinel it asks the sentinels; on one node it resolves the host name again, which is how a
+// managed service's primary endpoint (DNS that moves on failover) hands over. Resending is safe
+// because the command was not executed. While the name still points at the replica, each
+// resend meets READONLY and reconnects again (after `backoff(1)`, as each connect succeeds);
+// the `command` role's 1 s bound covers the resends too (ioredis times a command once).
 const RESEND_AFTER_RECONNECT = 2;
 const onReadonly = (err: Error) =>
   err.message.startsWith('READONLY') ? RESEND_AFTER_RECONNECT : false;
@@ -258,6 +263,7 @@ export function createRedis(
   const common: RedisOptions = {
     connectionName: name,
     retryStrategy: backoff,
+    reconnectOnError: onReadonly,
     ...credentials(topology),
     ...roleOptions[role],
   };
@@ -274,9 +280,8 @@ export function createRedis(
       : { sentinelPassword: topology.sentinelPassword }),
     ...(tls ? { tls, sentinelTLS: tls, enableTLSForSentinelMode: true } : {}),
     // Follow a failover the moment the sentinels announce it (+switch-master), even while the
-    // old master still answers; READONLY covers a demoted master we are still connected to.
+    // old master still answers; READONLY (common) covers a demoted master we are still on.
     failoverDetector: true,
-    reconnectOnError: onReadonly,
   });
   addresses.set(redis, `master ${topology.masterName} via sentinels ${list(topology.sentinels)}`);
   return finish(redis);

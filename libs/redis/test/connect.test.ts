@@ -1,4 +1,5 @@
 import { eventually, startRedis } from '@sluice/test/support';
+import { Redis as Admin } from 'ioredis';
 import { describe, expect, it, vi } from 'vitest';
 import { createRedis, RedisAuthError, redisHealthy, redisReady, type Redis } from '../src/index.ts';
 
@@ -139,4 +140,60 @@ describe('redis credentials', () => {
       await server.stop();
     }
   });
+});
+
+describe('a master demoted under a single-node connection', () => {
+  // A managed service's "primary endpoint" is a DNS name that moves to the new master on
+  // failover, but an open connection stays on the old master, which, demoted, answers every
+  // write with READONLY for good. Here A is that old master: made a replica of B under the
+  // connection. The write must lead to a reconnect (where the name would be resolved again),
+  // not to READONLY for the caller.
+  it.each(['command', 'bullmq'] as const)(
+    '%s: a write that meets READONLY reconnects, and is resent',
+    async (role) => {
+      const [a, b] = await Promise.all([startRedis(), startRedis()]);
+      const admin = new Admin(a.url);
+      const redis = createRedis(a.url, { name: `sluice:test:${role}`, role });
+      redis.on('error', () => {});
+      try {
+        await redisReady(redis);
+        expect(await redis.set('k', 'before')).toBe('OK');
+        // The data travels by socket only (no RDB file written in the working directory), and
+        // B sends it at once, not after the default 5 s wait for more replicas.
+        await admin.config('SET', 'repl-diskless-load', 'swapdb');
+        const adminB = new Admin(b.url);
+        await adminB
+          .config('SET', 'repl-diskless-sync', 'yes', 'repl-diskless-sync-delay', '0')
+          .finally(() => adminB.quit());
+        await admin.replicaof('127.0.0.1', b.port);
+        // Synced, so A answers READONLY (not LOADING) from here on.
+        await eventually(
+          async () => (await admin.info('replication')).includes('master_link_status:up'),
+          'A to be a synced replica of B',
+        );
+
+        const reconnected = new Promise<string>((resolve) =>
+          redis.once('reconnecting', () => redis.once('ready', () => resolve('reconnected'))),
+        );
+        const write = redis.set('k', 'after');
+        const outcome = write.then(
+          () => 'written',
+          (err: Error) => err.message,
+        );
+        // Without the reconnect the caller hears READONLY at once.
+        expect(await Promise.race([reconnected, outcome])).toBe('reconnected');
+
+        // The failover ends: A is the master again, as a moved name would point at one.
+        await admin.replicaof('NO', 'ONE');
+        if (role === 'bullmq') expect(await write).toBe('OK');
+        else await outcome; // resent until A took it, or the role's 1 s bound: either is fine
+        expect(await redis.set('k', 'again')).toBe('OK');
+        expect(await admin.get('k')).toBe('again');
+      } finally {
+        redis.disconnect();
+        admin.disconnect();
+        await Promise.all([a.stop(), b.stop()]);
+      }
+    },
+  );
 });

@@ -138,6 +138,10 @@ describe('TLS and descriptions', () => {
     expect(describeTopology({ kind: 'single', url: 'redis://:pw@r:6379' })).toBe(
       'single redis://***@r:6379',
     );
+    // The host follows the last '@': ioredis logs in with `p@ss`, none of which is shown.
+    expect(describeTopology({ kind: 'single', url: 'redis://u:p@ss@r:6379/2' })).toBe(
+      'single redis://***@r:6379/2',
+    );
     expect(
       describeTopology({
         kind: 'sentinel',
