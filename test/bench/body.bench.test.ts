@@ -8,6 +8,7 @@ import {
   estimatePromptTokens,
   peekRequest,
   rewriteRequest,
+  type PeekedRequest,
   type RewritePlan,
 } from '@sluice/openai';
 import { expect, it } from 'vitest';
@@ -84,19 +85,26 @@ const peekMethods: Array<[string, (buf: Buffer) => unknown]> = [
   ['JSON.parse', (buf) => JSON.parse(buf.toString())],
 ];
 
+/** The endpoint a body is for, as the gateway knows it from the path: chat bodies carry messages. */
+const endpointOf = (peeked: PeekedRequest) => (peeked.messages ? 'chat' : 'completion');
+
 /** The gateway's estimate on its own (the peek of `buf` done before), and after the peek. */
 const estimateMethods = (
   buf: Buffer,
   withPeek: boolean,
 ): Array<[string, (buf: Buffer) => unknown]> => {
   const peeked = peekRequest(buf);
+  const endpoint = endpointOf(peeked);
   const alone: [string, (buf: Buffer) => unknown] = [
     'estimatePromptTokens alone (peek done)',
-    (b) => estimatePromptTokens(b, peeked),
+    (b) => estimatePromptTokens(b, peeked, endpoint),
   ];
   if (!withPeek) return [alone];
   return [
-    ['peekRequest + estimatePromptTokens', (b) => estimatePromptTokens(b, peekRequest(b))],
+    [
+      'peekRequest + estimatePromptTokens',
+      (b) => estimatePromptTokens(b, peekRequest(b), endpoint),
+    ],
     alone,
   ];
 };
@@ -272,7 +280,7 @@ it('times the peek, the estimate and the rewrite against JSON.parse and JSON.str
     runs,
     notes: [
       `Bodies: ${bodies.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}; chat turns of mixed ASCII and non-ASCII text, generated from a fixed seed. The peek and the estimate are also timed on other shapes: ${shapes.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}.`,
-      `The prompt-token estimate (estimatePromptTokens: ceil(code points of the string values in messages / 4), or the prompt's; one pass over the span, no allocation) is timed on its own with the body's peek done beforehand, and for the three chat bodies also after the peek, as the gateway runs it. Estimates: ${[...bodies, ...shapes].map(([n, b]) => `${n} = ${estimatePromptTokens(b, peekRequest(b))} tokens`).join(', ')}.`,
+      `The prompt-token estimate (estimatePromptTokens: ceil(code points of the string values in messages / 4) for chat, the prompt's for completions; one pass over the span, no allocation) is timed on its own with the body's peek done beforehand, and for the three chat bodies also after the peek, as the gateway runs it. Estimates: ${[...bodies, ...shapes].map(([n, b]) => `${n} = ${((p) => estimatePromptTokens(b, p, endpointOf(p)))(peekRequest(b))} tokens`).join(', ')}.`,
       'The rewrite prepends the instruction as its own system message (the default); "appended to the system prompt" adds it at the end of the existing system message, which copies that message.',
       'JSON.parse is timed on the raw bytes as the gateway would need it (buf.toString() included); the naive rewrite parses, prepends the instruction, scales max_tokens, stringifies and encodes to bytes, which is the same edit as rewriteRequest (checked).',
       `Time: median per call over batches of ~0.2 ms after a warm-up, ${MEASURE_MS} ms of batches per measurement, ${REPEATS} interleaved repeats (runs show their spread; figures are their median). Allocated: JS heap + ArrayBuffer growth across one call after a full GC, median of 15 calls, less the same measured around an empty call.`,

@@ -93,3 +93,43 @@ describe('every shipped degradation profile', () => {
     );
   });
 });
+
+describe('the rewrite under the lazy profile, as vLLM will read it', () => {
+  const lazy = defaultDegradation.profiles.find((p) => p.name === 'lazy')!;
+  const apply = (body: object, path: '/v1/chat/completions' | '/v1/completions') =>
+    JSON.parse(
+      loadAt(defaultDegradation, lazy.threshold)
+        .apply(JSON.stringify(body), path, false)
+        .body.toString(),
+    ) as Record<string, unknown>;
+
+  it("completions without max_tokens keep vLLM's default of 16: no 0.3 x 1024 = 307", () => {
+    const sent = apply({ model: 'm', prompt: 'Once upon' }, '/v1/completions');
+    expect(sent.max_tokens).toBeUndefined();
+    expect(sent.prompt).toBe(`${lazy.instruction}\n\nOnce upon`);
+    // an explicit null is the rest of the context in vLLM: the default is scaled then
+    expect(apply({ model: 'm', prompt: 'p', max_tokens: null }, '/v1/completions').max_tokens).toBe(
+      Math.round(defaultDegradation.defaultMaxTokens * lazy.maxTokensFactor),
+    );
+  });
+
+  it('never scales below min_tokens, which vLLM requires to be <= max_tokens', () => {
+    const messages = [{ role: 'user', content: 'hi' }];
+    expect(
+      apply({ model: 'm', messages, min_tokens: 500, max_tokens: 1000 }, '/v1/chat/completions')
+        .max_tokens,
+    ).toBe(500);
+    expect(
+      apply({ model: 'm', messages, min_tokens: 500 }, '/v1/chat/completions').max_tokens,
+    ).toBe(500);
+  });
+
+  it('does not prefix a completions prompt that vLLM echoes back, and still scales', () => {
+    const sent = apply(
+      { model: 'm', prompt: 'Once upon', echo: true, max_tokens: 100 },
+      '/v1/completions',
+    );
+    expect(sent.prompt).toBe('Once upon');
+    expect(sent.max_tokens).toBe(30);
+  });
+});

@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import { connect } from 'node:net';
 import { loadConfig, type SluiceConfig } from '@sluice/config';
 import { gatewayMetrics, Registry } from '@sluice/observability';
-import { keySpace } from '@sluice/protocol';
+import { keySpace, type JobPayload, type QueueLevel } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import {
   eventually,
@@ -157,6 +157,33 @@ function heldNow() {
 }
 
 describe('completion route', () => {
+  it("estimates the prompt from the endpoint's own field, as vLLM reads it", async () => {
+    const added: [JobPayload, QueueLevel][] = [];
+    queue.add = (_jobId, payload, level) => {
+      added.push([payload, level]);
+      return Promise.resolve('queue_full');
+    };
+    const send = async (path: string, request: object) => {
+      const res = await fetch(`http://127.0.0.1:${port()}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(request),
+      });
+      await res.text();
+    };
+    // vLLM's CompletionRequest has no messages field: an empty one must not hide the prompt.
+    const prompt = 'x'.repeat(40_000);
+    await send('/v1/completions', { model: 'm', prompt, messages: [] });
+    // and chat reads messages ("user" + "abcd": 8 characters), never a prompt beside them
+    await send('/v1/chat/completions', {
+      model: 'm',
+      messages: [{ role: 'user', content: 'abcd' }],
+      prompt,
+    });
+    expect(added.map(([p]) => p.promptTokens)).toEqual([10_000, 2]);
+    expect(added.map(([, level]) => level)).toEqual(['long', 'short']);
+  });
+
   it('queues nothing for a client that left while the route awaited the leader check', async () => {
     const leader = gate();
     const hasLeader = queue.hasLeader.bind(queue);

@@ -74,7 +74,11 @@ export interface DegradationConfig {
   hysteresis: number;
   /** Floor of a scaled `max_tokens` (never above what the client asked for). */
   minMaxTokens: number;
-  /** Scaled in place of `max_tokens` when the client sent none. */
+  /**
+   * Scaled in place of `max_tokens` when the engine would run to the end of the context: a
+   * chat request without a limit, a completions request with `"max_tokens": null` (one without
+   * the key keeps vLLM's 16, never raised).
+   */
   defaultMaxTokens: number;
   /** `prepend` a new system message, or `append` to an existing leading one (else prepend). */
   systemPrompt: SystemPromptMode;

@@ -22,19 +22,29 @@ STRING_BYTE[0x22] = 8;
 STRING_BYTE[0x5c] = 8;
 
 /**
- * Estimated prompt tokens of a peeked chat/completions request: `messages` when present (the
- * characters of every string value in it, over 4, rounded up), else `prompt` (each string
- * ceil(characters / 4), each token id 1), else 0. See the README ("Prompt-token estimate").
- * `peeked` must be `peekRequest(body)`; a span that does not fit the body is clamped to it.
+ * Estimated prompt tokens of a peeked request for `endpoint`: for `chat`, its `messages` (the
+ * characters of every string value in it, over 4, rounded up); for `completion`, its `prompt`
+ * (each string ceil(characters / 4), each token id 1); 0 when that field is absent or null.
+ * The other field is never read, as vLLM never reads it: its CompletionRequest has no
+ * `messages` nor its ChatCompletionRequest a `prompt`, and extra fields are accepted and
+ * ignored (OpenAIBaseModel, `extra="allow"`, vllm/entrypoints/openai/protocol.py). So a body
+ * cannot hide a long prompt behind an empty `messages`. See the README
+ * ("Prompt-token estimate"). `peeked` must be `peekRequest(body)`; a span that does not fit
+ * the body is clamped to it.
  */
-export function estimatePromptTokens(body: Uint8Array, peeked: PeekedRequest): number {
-  const messages = peeked.messages;
-  if (messages !== undefined) {
-    return Math.ceil(countSpan(body, messages, false) / CHARS_PER_TOKEN);
+export function estimatePromptTokens(
+  body: Uint8Array,
+  peeked: PeekedRequest,
+  endpoint: 'chat' | 'completion',
+): number {
+  if (endpoint === 'chat') {
+    const messages = peeked.messages;
+    return messages === undefined
+      ? 0
+      : Math.ceil(countSpan(body, messages, false) / CHARS_PER_TOKEN);
   }
   const prompt = peeked.prompt;
-  if (prompt !== undefined) return countSpan(body, prompt, true);
-  return 0;
+  return prompt === undefined ? 0 : countSpan(body, prompt, true);
 }
 
 /**

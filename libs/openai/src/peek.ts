@@ -34,6 +34,8 @@ const MAX_TOKENS = 3;
 const MAX_COMPLETION_TOKENS = 4;
 const MESSAGES = 5;
 const PROMPT = 6;
+const MIN_TOKENS = 7;
+const ECHO = 8;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -42,6 +44,8 @@ const PROMPT_KEY = ascii('prompt');
 const MESSAGES_KEY = ascii('messages');
 const MAX_TOKENS_KEY = ascii('max_tokens');
 const MAX_COMPLETION_TOKENS_KEY = ascii('max_completion_tokens');
+const MIN_TOKENS_KEY = ascii('min_tokens');
+const ECHO_KEY = ascii('echo');
 
 const BY_NAME = new Map<string, number>([
   ['model', MODEL],
@@ -50,6 +54,8 @@ const BY_NAME = new Map<string, number>([
   ['max_completion_tokens', MAX_COMPLETION_TOKENS],
   ['messages', MESSAGES],
   ['prompt', PROMPT],
+  ['min_tokens', MIN_TOKENS],
+  ['echo', ECHO],
 ]);
 /** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 21 * 6;
@@ -65,6 +71,8 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     return e - s <= MAX_ESCAPED_KEY ? (BY_NAME.get(decodeString(b, s, e)) ?? OTHER) : OTHER;
   }
   switch (e - s) {
+    case 4:
+      return b[s] === 0x65 /* e */ && same(b, s, ECHO_KEY) ? ECHO : OTHER;
     case 5:
       return same(b, s, MODEL_KEY) ? MODEL : OTHER;
     case 6:
@@ -72,7 +80,16 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     case 8:
       return same(b, s, MESSAGES_KEY) ? MESSAGES : OTHER;
     case 10:
-      return same(b, s, MAX_TOKENS_KEY) ? MAX_TOKENS : OTHER;
+      // max_tokens or min_tokens: a key not starting with 'm' is neither, and the second byte
+      // picks the one to compare, so a 10-byte key costs no more than before min_tokens.
+      if (b[s] !== 0x6d /* m */) return OTHER;
+      return b[s + 1] === 0x61 /* a */
+        ? same(b, s, MAX_TOKENS_KEY)
+          ? MAX_TOKENS
+          : OTHER
+        : same(b, s, MIN_TOKENS_KEY)
+          ? MIN_TOKENS
+          : OTHER;
     case 21:
       return same(b, s, MAX_COMPLETION_TOKENS_KEY) ? MAX_COMPLETION_TOKENS : OTHER;
     default:
@@ -146,6 +163,9 @@ function peek(b: Uint8Array): PeekedRequest {
   let messagesEnd = -1;
   let promptStart = -1;
   let promptEnd = -1;
+  let minTokensStart = -1;
+  let minTokensEnd = -1;
+  let echoStart = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -187,6 +207,13 @@ function peek(b: Uint8Array): PeekedRequest {
           promptStart = valueStart;
           promptEnd = i;
           break;
+        case MIN_TOKENS:
+          minTokensStart = valueStart;
+          minTokensEnd = i;
+          break;
+        case ECHO:
+          echoStart = valueStart;
+          break;
       }
       i = skipWhitespace(b, i, n);
       if (i < n && b[i] === COMMA) {
@@ -226,6 +253,9 @@ function peek(b: Uint8Array): PeekedRequest {
     maxCompletionEnd,
     'max_completion_tokens',
   );
+  // Checked like the limits: the rewrite must know the floor it may not scale below, and a
+  // value it cannot read would make vLLM's answer depend on the load.
+  const minTokens = tokenCount(b, minTokensStart, minTokensEnd, 'min_tokens');
   if (messagesStart >= 0) {
     const c = b[messagesStart];
     if (c === LOWER_N) messagesStart = -1;
@@ -234,12 +264,22 @@ function peek(b: Uint8Array): PeekedRequest {
     }
   }
   if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
+  // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
+  // reads 1, "yes", "true" … as true and the rewrite must not prefix a prompt it may echo.
+  let echo: boolean | undefined;
+  if (echoStart >= 0) {
+    const c = b[echoStart];
+    if (c === LOWER_F) echo = false;
+    else if (c !== LOWER_N) echo = true;
+  }
 
   return {
     model,
     stream,
     maxTokens,
     maxCompletionTokens,
+    minTokens,
+    echo,
     messages: span(messagesStart, messagesEnd),
     prompt: span(promptStart, promptEnd),
     modelSpan: { start: modelStart, end: modelEnd },

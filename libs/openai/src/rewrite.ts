@@ -21,21 +21,35 @@ export interface RewritePlan {
   readonly systemPrompt: 'prepend' | 'append';
   /**
    * completion: put `${instruction}\n\n` in front of a string prompt (or a one-string array
-   * prompt); false = leave the prompt untouched. Token-id prompts are never touched.
+   * prompt); false = leave the prompt untouched. Token-id prompts are never touched, nor is a
+   * prompt the engine will echo back (`echo` not false).
    */
   readonly completionPrefix: boolean;
   /**
    * Scale for the token limit: `max_tokens` and/or `max_completion_tokens`, whichever the client
-   * sent (both if both), rounded, floored at `minMaxTokens`, never raised above the original.
-   * When the client sent neither, `max_tokens` is set from `defaultMaxTokens` the same way.
-   * 1 = leave token limits alone. A finite number ≥ 0.
+   * sent (both if both), rounded, floored at `minMaxTokens` and at the request's `min_tokens`,
+   * never raised above the original. A limit the client left to vLLM is set only when vLLM's
+   * own would be larger: see `plannedMaxTokens` and the README. 1 = leave token limits alone.
+   * A finite number ≥ 0.
    */
   readonly maxTokensFactor: number;
   /** Floor of a scaled limit; an integer ≥ 1 (vLLM refuses `max_tokens` 0). */
   readonly minMaxTokens: number;
-  /** The limit scaled when the client sent none (per model); an integer ≥ 1. */
+  /**
+   * The limit scaled when vLLM's own would be the rest of the context window (per model): chat
+   * without either limit, completions with `"max_tokens": null`. An integer ≥ 1.
+   */
   readonly defaultMaxTokens: number;
 }
+
+/**
+ * What vLLM generates for a completions request without a `max_tokens` key: its
+ * `CompletionRequest` declares `max_tokens: int | None = 16`
+ * (vllm/entrypoints/openai/completion/protocol.py; vllm/entrypoints/openai/protocol.py before
+ * the split). An explicit null is not this default: it reaches `get_max_tokens`
+ * (vllm/entrypoints/utils.py) as None, which leaves the rest of the context window.
+ */
+export const VLLM_COMPLETION_MAX_TOKENS = 16;
 
 function checkPlan(plan: RewritePlan): void {
   const f = plan.maxTokensFactor;
@@ -54,22 +68,41 @@ function checkPlan(plan: RewritePlan): void {
 }
 
 /**
- * The token limit the rewrite sets for a field whose value was `original` (undefined: the client
- * sent no limit at all, so `defaultMaxTokens` is scaled). Undefined when the factor is 1 and
- * there was no original: nothing is set then. Equal to `original` when the rewrite leaves it.
+ * The token limit the rewrite sets for a field whose value was `original`, in a request whose
+ * `min_tokens` is `minTokens` (0 when it sent none). `original` is the limit vLLM would apply:
+ * the client's, or `VLLM_COMPLETION_MAX_TOKENS` for a completions request without the key;
+ * undefined when vLLM would run to the end of the context window (chat without either limit,
+ * completions with `"max_tokens": null`), so `defaultMaxTokens` is scaled. Undefined when the
+ * factor is 1 and there was no original: nothing is set then. Equal to `original` when the
+ * rewrite leaves it.
  */
 export function plannedMaxTokens(
   original: number | undefined,
   plan: RewritePlan,
+  minTokens = 0,
 ): number | undefined {
   checkPlan(plan);
-  return planned(original, plan);
+  return planned(original, plan, minTokens);
 }
 
-function planned(original: number | undefined, plan: RewritePlan): number | undefined {
+function planned(
+  original: number | undefined,
+  plan: RewritePlan,
+  minTokens: number,
+): number | undefined {
   if (plan.maxTokensFactor === 1) return original;
-  const base = original ?? plan.defaultMaxTokens;
-  return Math.min(base, Math.max(plan.minMaxTokens, Math.round(base * plan.maxTokensFactor)));
+  const f = plan.maxTokensFactor;
+  if (original === undefined) {
+    // vLLM would have run to the end of the context, which is at least min_tokens when the
+    // request is valid at all: the scaled default, raised to min_tokens, lowers nothing vLLM
+    // accepts into a refusal.
+    const d = plan.defaultMaxTokens;
+    return Math.max(minTokens, Math.min(d, Math.max(plan.minMaxTokens, Math.round(d * f))));
+  }
+  // vLLM refuses min_tokens > max_tokens (SamplingParams._verify_args, vllm/sampling_params.py),
+  // so min_tokens is a floor too. Never above the original: a request whose min_tokens is
+  // already above it is refused by vLLM as the client sent it, and is left so.
+  return Math.min(original, Math.max(plan.minMaxTokens, minTokens, Math.round(original * f)));
 }
 
 /** One splice: bytes [start, end) of the body are replaced by `bytes` (an insert when equal). */
@@ -175,7 +208,10 @@ export function rewriteRequest(
         if (peeked.messages !== undefined) {
           edits.push(instructMessages(body, peeked.messages, text, plan.systemPrompt));
         }
-      } else if (plan.completionPrefix && peeked.prompt !== undefined) {
+      } else if (plan.completionPrefix && peeked.prompt !== undefined && peeked.echo !== true) {
+        // With echo, vLLM returns the prompt it was given ahead of the answer
+        // (vllm/entrypoints/openai/completion/serving.py): a prefix would come back to the
+        // client as if it were part of their prompt. The token limit is still scaled below.
         const edit = prefixPrompt(body, peeked.prompt, text);
         if (edit !== undefined) edits.push(edit);
       }
@@ -353,22 +389,38 @@ function prefixPrompt(b: Uint8Array, prompt: ByteSpan, text: Encoded): Edit | un
 // --- token limits ---------------------------------------------------------------------------
 
 function scaleLimits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan, edits: Edit[]): void {
+  const minTokens = p.minTokens ?? 0;
   const replace = (span: ByteSpan, value: number): void => {
     edits.push({ start: span.start, end: span.end, bytes: utf8(String(value)) });
   };
-  if (p.maxTokens !== undefined || p.maxCompletionTokens !== undefined) {
-    for (const [original, span] of [
-      [p.maxTokens, p.maxTokensSpan],
-      [p.maxCompletionTokens, p.maxCompletionTokensSpan],
-    ] as const) {
-      if (original === undefined || span === undefined) continue;
-      const value = planned(original, plan)!;
-      if (value !== original) replace(span, value);
-    }
-    return;
+  // Every limit the client sent is scaled, on both endpoints (on completions vLLM ignores
+  // max_completion_tokens, an extra field of its CompletionRequest, so scaling it changes nothing).
+  for (const [original, span] of [
+    [p.maxTokens, p.maxTokensSpan],
+    [p.maxCompletionTokens, p.maxCompletionTokensSpan],
+  ] as const) {
+    if (original === undefined || span === undefined) continue;
+    const value = planned(original, plan, minTokens)!;
+    if (value !== original) replace(span, value);
   }
-  // Neither was sent (or both are null): max_tokens, for chat too (vLLM accepts it there).
-  const value = planned(undefined, plan)!;
+  // What vLLM falls back to when the limit it reads is missing decides what may be set.
+  let value: number;
+  if (plan.endpoint === 'chat') {
+    // ChatCompletionRequest: max_completion_tokens, else max_tokens, else the rest of the
+    // context (vllm/entrypoints/openai/chat_completion/serving.py): max_tokens is set (vLLM
+    // accepts it there) from the default.
+    if (p.maxTokens !== undefined || p.maxCompletionTokens !== undefined) return;
+    value = planned(undefined, plan, minTokens)!;
+  } else if (p.maxTokens !== undefined) {
+    return;
+  } else if (p.maxTokensSpan !== undefined) {
+    // "max_tokens": null on completions: the rest of the context, as for chat.
+    value = planned(undefined, plan, minTokens)!;
+  } else {
+    // No max_tokens key on completions: vLLM's default of 16. Set only when scaling lowers it.
+    value = planned(VLLM_COMPLETION_MAX_TOKENS, plan, minTokens)!;
+    if (value === VLLM_COMPLETION_MAX_TOKENS) return;
+  }
   if (p.maxTokensSpan !== undefined) {
     replace(p.maxTokensSpan, value); // "max_tokens": null, the last of its key
     return;

@@ -19,6 +19,17 @@ export interface PeekedRequest {
   readonly maxTokens: number | undefined;
   /** `max_completion_tokens`; undefined when absent or null. */
   readonly maxCompletionTokens: number | undefined;
+  /**
+   * `min_tokens` (a vLLM extra on both endpoints); undefined when absent or null. Read so that
+   * a degraded limit is never scaled below it: vLLM refuses `min_tokens > max_tokens`.
+   */
+  readonly minTokens: number | undefined;
+  /**
+   * `echo`: false for `false`, true for any other value (vLLM's pydantic reads `1`, `"yes"`,
+   * `"true"` … as true, and a prompt that may be echoed must not be prefixed); undefined when
+   * absent or null.
+   */
+  readonly echo: boolean | undefined;
   /** The `messages` array, '[' to one past ']'; undefined when absent or null. */
   readonly messages: ByteSpan | undefined;
   /** The `prompt` value, whatever its type; undefined when absent or null. */

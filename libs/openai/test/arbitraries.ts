@@ -111,6 +111,8 @@ const fieldValues: Record<string, fc.Arbitrary<Value>> = {
   stream: fc.oneof(fc.boolean(), fc.constant(null), json),
   max_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
   max_completion_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
+  min_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
+  echo: fc.oneof(fc.boolean(), fc.constant(null), json),
   messages: fc.oneof(
     { weight: 4, arbitrary: fc.array(message, { maxLength: 5 }) },
     fc.constant(null),
@@ -194,6 +196,8 @@ export const tokenSoup: fc.Arbitrary<string> = fc
         '"messages"',
         '"prompt"',
         '"max_completion_tokens"',
+        '"min_tokens"',
+        '"echo"',
         '"mod\\u0065l"',
         '"m"',
         '[]',

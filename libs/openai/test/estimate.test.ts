@@ -8,13 +8,16 @@ import { anyString, Members, message, requestMembers, serialize, style } from '.
 import type { Style } from './arbitraries.js';
 import { bytes } from './helpers.js';
 
-/** Peeks `text` and estimates it. */
-const estimate = (text: string | Uint8Array): number => {
+type Endpoint = 'chat' | 'completion';
+
+/** Peeks `text` and estimates it for `endpoint`. */
+const estimate = (text: string | Uint8Array, endpoint: Endpoint): number => {
   const body = typeof text === 'string' ? bytes(text) : text;
-  return estimatePromptTokens(body, peekRequest(body));
+  return estimatePromptTokens(body, peekRequest(body), endpoint);
 };
-const chat = (messages: string): number => estimate(`{"model":"m","messages":${messages}}`);
-const completion = (prompt: string): number => estimate(`{"model":"m","prompt":${prompt}}`);
+const chat = (messages: string): number => estimate(`{"model":"m","messages":${messages}}`, 'chat');
+const completion = (prompt: string): number =>
+  estimate(`{"model":"m","prompt":${prompt}}`, 'completion');
 
 // The reference: JSON.parse, then the README's rules on the parsed value.
 
@@ -44,14 +47,16 @@ function keyCount(v: unknown): number {
   return 0;
 }
 
-function referenceEstimate(body: Uint8Array): number {
+/** Chat reads messages only, completions prompt only, as vLLM's request models do. */
+function referenceEstimate(body: Uint8Array, endpoint: Endpoint): number {
   const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
   const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
-  const messages = get('messages');
-  if (Array.isArray(messages)) return Math.ceil(codePoints(messages) / 4);
+  if (endpoint === 'chat') {
+    const messages = get('messages');
+    return Array.isArray(messages) ? Math.ceil(codePoints(messages) / 4) : 0;
+  }
   const prompt = get('prompt');
-  if (prompt !== undefined && prompt !== null) return promptTokens(prompt);
-  return 0;
+  return prompt !== undefined && prompt !== null ? promptTokens(prompt) : 0;
 }
 
 describe('estimatePromptTokens: worked examples', () => {
@@ -155,13 +160,30 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(completion('["abcde",[1,2],null,false]')).toBe(4);
   });
 
-  it('neither messages nor prompt (absent or null): 0; messages wins over prompt', () => {
-    expect(estimate('{"model":"m"}')).toBe(0);
-    expect(estimate('{"model":"m","messages":null,"prompt":null}')).toBe(0);
-    expect(estimate('{"model":"m","messages":null,"prompt":"abcde"}')).toBe(2);
-    expect(estimate('{"model":"m","messages":[{"content":"a"}],"prompt":[1,2,3]}')).toBe(1);
+  it("the endpoint's field only: chat reads messages, completions read prompt", () => {
+    for (const endpoint of ['chat', 'completion'] as const) {
+      expect(estimate('{"model":"m"}', endpoint)).toBe(0);
+      expect(estimate('{"model":"m","messages":null,"prompt":null}', endpoint)).toBe(0);
+    }
+    const both = '{"model":"m","messages":[{"content":"a"}],"prompt":[1,2,3]}';
+    expect(estimate(both, 'chat')).toBe(1);
+    expect(estimate(both, 'completion')).toBe(3);
+    // A field the endpoint does not read counts nothing, as vLLM ignores it.
+    expect(estimate('{"model":"m","prompt":"abcde"}', 'chat')).toBe(0);
+    expect(estimate('{"model":"m","messages":[{"content":"abcde"}]}', 'completion')).toBe(0);
     // Other members are not looked at.
-    expect(estimate('{"model":"a long model name","prompt":"ab","suffix":"abcdefgh"}')).toBe(1);
+    expect(
+      estimate('{"model":"a long model name","prompt":"ab","suffix":"abcdefgh"}', 'completion'),
+    ).toBe(1);
+  });
+
+  it('completions: an empty messages array does not hide a long prompt', () => {
+    // vLLM's CompletionRequest has no messages field: it reads the 200,000-character prompt.
+    const prompt = 'x'.repeat(200_000);
+    expect(estimate(`{"model":"m","prompt":"${prompt}","messages":[]}`, 'completion')).toBe(50_000);
+    expect(estimate(`{"model":"m","messages":[],"prompt":"${prompt}"}`, 'completion')).toBe(50_000);
+    // and for chat, a long prompt beside the messages is not the chat's
+    expect(estimate(`{"model":"m","messages":[],"prompt":"${prompt}"}`, 'chat')).toBe(0);
   });
 
   it('never throws and always ends, whatever the bytes and spans', () => {
@@ -185,7 +207,7 @@ describe('estimatePromptTokens: worked examples', () => {
           messages: asPrompt ? undefined : span,
           prompt: asPrompt ? span : undefined,
         } as unknown as PeekedRequest;
-        const got = estimatePromptTokens(body, peeked);
+        const got = estimatePromptTokens(body, peeked, asPrompt ? 'completion' : 'chat');
         expect(Number.isSafeInteger(got)).toBe(true);
         expect(got).toBeGreaterThanOrEqual(0);
       }),
@@ -195,8 +217,10 @@ describe('estimatePromptTokens: worked examples', () => {
 });
 
 describe('estimatePromptTokens agrees with JSON.parse', () => {
-  const check = (body: Uint8Array): void => {
-    expect(estimatePromptTokens(body, peekRequest(body))).toBe(referenceEstimate(body));
+  const check = (body: Uint8Array, endpoint: Endpoint): void => {
+    expect(estimatePromptTokens(body, peekRequest(body), endpoint)).toBe(
+      referenceEstimate(body, endpoint),
+    );
   };
   /**
    * Checks `{"model":"m", <field>: value}` written in style `s`. The serializer escapes a
@@ -216,7 +240,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
     );
     const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
     fc.pre(keyCount(parsed[field]) === keyCount(value));
-    check(body);
+    check(body, field === 'messages' ? 'chat' : 'completion');
   };
   const unicode = fc.oneof(
     anyString,
@@ -261,6 +285,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
               s,
             ),
           ),
+          'chat',
         );
       }),
       { numRuns: 2000 },
@@ -281,6 +306,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
               s,
             ),
           ),
+          'chat',
         );
       }),
       { numRuns: 2000 },
@@ -325,7 +351,11 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
           throw error;
         }
         ok++;
-        expect(estimatePromptTokens(body, peeked)).toBe(referenceEstimate(body));
+        for (const endpoint of ['chat', 'completion'] as const) {
+          expect(estimatePromptTokens(body, peeked, endpoint)).toBe(
+            referenceEstimate(body, endpoint),
+          );
+        }
       }),
       { numRuns: 2000 },
     );
@@ -361,7 +391,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
       fc.property(fc.array(content, { minLength: 1, maxLength: 3 }), (contents) => {
         const messages = contents.map((c) => `{"role":"user","content":"${c}"}`).join(',');
         const body = bytes(`{"model":"m","messages":[${messages}]}`);
-        check(body);
+        check(body, 'chat');
       }),
       { numRuns: 1000 },
     );

@@ -27,6 +27,8 @@ export type Expected =
       readonly stream: boolean | undefined;
       readonly maxTokens: number | undefined;
       readonly maxCompletionTokens: number | undefined;
+      readonly minTokens: number | undefined;
+      readonly echo: boolean | undefined;
     };
 
 function tokenCount(value: unknown): number | undefined | 'bad' {
@@ -57,6 +59,11 @@ export function expectedFor(body: Uint8Array): Expected {
   if (maxTokens === 'bad') return { kind: 'field', field: 'max_tokens' };
   const maxCompletionTokens = tokenCount(get('max_completion_tokens'));
   if (maxCompletionTokens === 'bad') return { kind: 'field', field: 'max_completion_tokens' };
+  const minTokens = tokenCount(get('min_tokens'));
+  if (minTokens === 'bad') return { kind: 'field', field: 'min_tokens' };
+  // echo is never refused: false is false, null or absent undefined, anything else true.
+  const echoValue = get('echo');
+  const echo = echoValue === undefined || echoValue === null ? undefined : echoValue !== false;
   const messages = get('messages');
   if (messages !== undefined && messages !== null && !Array.isArray(messages)) {
     return { kind: 'field', field: 'messages' };
@@ -68,6 +75,8 @@ export function expectedFor(body: Uint8Array): Expected {
     stream: (stream ?? undefined) as boolean | undefined,
     maxTokens,
     maxCompletionTokens,
+    minTokens,
+    echo,
   };
 }
 
@@ -116,6 +125,8 @@ export function checkAgainstOracle(body: Uint8Array): PeekedRequest | RequestPee
   expect(result.stream).toBe(expected.stream);
   expect(result.maxTokens).toBe(expected.maxTokens);
   expect(result.maxCompletionTokens).toBe(expected.maxCompletionTokens);
+  expect(result.minTokens).toBe(expected.minTokens);
+  expect(result.echo).toBe(expected.echo);
   checkSpan(body, parsed, 'messages', result.messages, true);
   checkSpan(body, parsed, 'prompt', result.prompt, true);
   checkSpan(body, parsed, 'model', result.modelSpan, false);

@@ -21,6 +21,8 @@ describe('peekRequest: a chat request', () => {
       stream: true,
       maxTokens: 128,
       maxCompletionTokens: undefined,
+      minTokens: undefined,
+      echo: undefined,
       messages: { start, end: at(body, '],') + 1 },
       prompt: undefined,
       modelSpan: { start: 9, end: 17 },
@@ -190,6 +192,55 @@ describe('peekRequest: stream and messages', () => {
       expect(error.field).toBe('messages');
       expect(error.message).toBe('messages must be an array');
     }
+  });
+});
+
+describe('peekRequest: min_tokens and echo', () => {
+  // min_tokens is read like the limits: the degradation rewrite may not scale below it.
+  it.each([
+    ['0', 0],
+    ['500', 500],
+    ['5e2', 500],
+    ['500.0', 500],
+    ['-0', 0],
+    ['null', undefined],
+  ])('reads min_tokens %s as %s', (text, value) => {
+    expect(peek(`{"model":"m","min_tokens":${text}}`).minTokens).toBe(value);
+    expect(peek(`{"model":"m","min\\u005ftokens":${text}}`).minTokens).toBe(value);
+  });
+
+  it.each(['-1', '1.5', '1e400', '"5"', 'true', '[5]'])('refuses min_tokens: %s', (text) => {
+    const error = peekError(`{"model":"m","min_tokens":${text}}`);
+    expect(error.code).toBe('ERR_FIELD');
+    expect(error.field).toBe('min_tokens');
+    expect(error.message).toBe('min_tokens must be a non-negative integer or null');
+    expect(error.offset).toBe(26);
+  });
+
+  it('checks min_tokens after the limits and before messages', () => {
+    expect(peekError('{"model":"m","min_tokens":-1,"max_completion_tokens":-1}').field).toBe(
+      'max_completion_tokens',
+    );
+    expect(peekError('{"model":"m","messages":1,"min_tokens":-1}').field).toBe('min_tokens');
+  });
+
+  it('reads echo: false is false, null or absent undefined, any other value true', () => {
+    expect(peek('{"model":"m"}').echo).toBeUndefined();
+    expect(peek('{"model":"m","echo":null}').echo).toBeUndefined();
+    expect(peek('{"model":"m","echo":false}').echo).toBe(false);
+    expect(peek('{"model":"m","echo":true}').echo).toBe(true);
+    expect(peek('{"model":"m","ech\\u006f":true}').echo).toBe(true);
+    // never refused: vLLM's pydantic reads 1, "yes", "true" … as true, and the rewrite only
+    // needs to know whether the prompt may come back
+    for (const value of ['1', '0', '"yes"', '"false"', '[]', '{}']) {
+      expect(peek(`{"model":"m","echo":${value}}`).echo).toBe(true);
+    }
+    expect(peek('{"model":"m","echo":true,"echo":false}').echo).toBe(false);
+    // nested ones are not the request's
+    expect(peek('{"model":"m","x":{"echo":true,"min_tokens":5}}')).toMatchObject({
+      echo: undefined,
+      minTokens: undefined,
+    });
   });
 });
 

@@ -13,10 +13,42 @@ export const basePlan: RewritePlan = {
   defaultMaxTokens: 1000,
 };
 
-/** The limit a field gets, written out from the plan's rules (not from the code under test). */
-export function expectedLimit(original: number | undefined, plan: RewritePlan): number {
-  const base = original ?? plan.defaultMaxTokens;
-  return Math.min(base, Math.max(plan.minMaxTokens, Math.round(base * plan.maxTokensFactor)));
+/** vLLM's CompletionRequest default for an absent max_tokens (vllm/.../completion/protocol.py). */
+export const COMPLETION_DEFAULT = 16;
+
+/**
+ * The limit a field gets, written out from the plan's rules (not from the code under test):
+ * `original` is the limit vLLM would apply, undefined for the rest of the context window;
+ * `minTokens` the request's min_tokens (0 when none).
+ */
+export function expectedLimit(
+  original: number | undefined,
+  plan: RewritePlan,
+  minTokens = 0,
+): number {
+  const f = plan.maxTokensFactor;
+  if (original === undefined) {
+    const d = plan.defaultMaxTokens;
+    const scaled = Math.min(d, Math.max(plan.minMaxTokens, Math.round(d * f)));
+    return Math.max(minTokens, scaled);
+  }
+  return Math.min(original, Math.max(plan.minMaxTokens, minTokens, Math.round(original * f)));
+}
+
+/**
+ * The max_tokens vLLM applies to a parsed request before its context-window cap: chat reads
+ * max_completion_tokens, else max_tokens, else runs to the end of the context (Infinity here);
+ * completions read max_tokens only, 16 when the key is absent, the end of the context when
+ * it is null (vllm/entrypoints/openai/*, vllm/entrypoints/utils.py get_max_tokens).
+ */
+export function vllmLimit(value: Record<string, unknown>, endpoint: 'chat' | 'completion'): number {
+  const limit = (key: string): number | undefined =>
+    typeof value[key] === 'number' ? (value[key] as number) + 0 : undefined;
+  if (endpoint === 'chat') {
+    return limit('max_completion_tokens') ?? limit('max_tokens') ?? Infinity;
+  }
+  if (!Object.hasOwn(value, 'max_tokens')) return COMPLETION_DEFAULT;
+  return limit('max_tokens') ?? Infinity;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -75,7 +107,10 @@ export function expectedRewrite(
       }
     }
     const prompt = value.prompt;
-    if (plan.endpoint === 'completion' && plan.completionPrefix) {
+    // Any echo but false, null or absent: vLLM may send the prompt back, so it is not prefixed.
+    const echo = value.echo;
+    const echoes = echo !== undefined && echo !== null && echo !== false;
+    if (plan.endpoint === 'completion' && plan.completionPrefix && !echoes) {
       if (typeof prompt === 'string') {
         value.prompt = `${instruction}\n\n${prompt}`;
         at(peeked.prompt!.start + 1, esc(`${instruction}\n\n`));
@@ -89,20 +124,32 @@ export function expectedRewrite(
   }
   if (plan.maxTokensFactor !== 1) {
     const sent = (key: string) => typeof value[key] === 'number';
-    if (sent('max_tokens') || sent('max_completion_tokens')) {
-      for (const [key, span] of [
-        ['max_tokens', peeked.maxTokensSpan],
-        ['max_completion_tokens', peeked.maxCompletionTokensSpan],
-      ] as const) {
-        if (!sent(key)) continue;
-        const original = value[key] as number;
-        const limit = expectedLimit(original + 0, plan);
-        if (limit === original) continue;
-        value[key] = limit;
-        at(span!.start, String(limit), span!.end - span!.start);
+    const minTokens = typeof value.min_tokens === 'number' ? value.min_tokens + 0 : 0;
+    // Every limit sent is scaled, on either endpoint.
+    for (const [key, span] of [
+      ['max_tokens', peeked.maxTokensSpan],
+      ['max_completion_tokens', peeked.maxCompletionTokensSpan],
+    ] as const) {
+      if (!sent(key)) continue;
+      const original = value[key] as number;
+      const limit = expectedLimit(original + 0, plan, minTokens);
+      if (limit === original) continue;
+      value[key] = limit;
+      at(span!.start, String(limit), span!.end - span!.start);
+    }
+    // Then max_tokens is set where vLLM would fall back to a larger limit of its own.
+    let limit: number | undefined;
+    if (plan.endpoint === 'chat') {
+      if (!sent('max_tokens') && !sent('max_completion_tokens')) {
+        limit = expectedLimit(undefined, plan, minTokens);
       }
-    } else {
-      const limit = expectedLimit(undefined, plan);
+    } else if (value.max_tokens === null) {
+      limit = expectedLimit(undefined, plan, minTokens);
+    } else if (!Object.hasOwn(value, 'max_tokens')) {
+      const scaled = expectedLimit(COMPLETION_DEFAULT, plan, minTokens);
+      if (scaled !== COMPLETION_DEFAULT) limit = scaled;
+    }
+    if (limit !== undefined) {
       const span = peeked.maxTokensSpan;
       if (span !== undefined) {
         at(span.start, String(limit), span.end - span.start);

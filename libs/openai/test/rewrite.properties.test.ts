@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { peekRequest, rewriteRequest } from '../src/index.js';
 import type { RewritePlan } from '../src/index.js';
 import { Members, RawNumber, serialize, style } from './arbitraries.js';
-import { expectedRewrite, expectSpliced } from './rewrite-helpers.js';
+import { expectedRewrite, expectSpliced, vllmLimit } from './rewrite-helpers.js';
 
 // serialize() writes a Members anywhere in a value, which its own Value type does not spell out.
 type Value = JsonValue | RawNumber | Members | Value[];
@@ -36,7 +36,16 @@ const junkKey = fc
   .oneof(fc.string({ maxLength: 12 }), fc.constantFrom('role', 'content', '__proto__', 'n'))
   .filter(
     (k) =>
-      !['model', 'stream', 'max_tokens', 'max_completion_tokens', 'messages', 'prompt'].includes(k),
+      ![
+        'model',
+        'stream',
+        'max_tokens',
+        'max_completion_tokens',
+        'min_tokens',
+        'echo',
+        'messages',
+        'prompt',
+      ].includes(k),
   );
 
 /** Members of a message object in random order, sometimes with duplicates or nested junk. */
@@ -93,6 +102,21 @@ const limit = fc.oneof(
   fc.constantFrom('1e2', '100.0', '1E+3', '-0', '0', '5').map((t) => new RawNumber(t) as Value),
 );
 
+/** min_tokens: mostly small against the limits above, so the floor often binds. */
+const minTokens = fc.oneof(
+  { weight: 4, arbitrary: fc.nat(2_000).map((v) => v as Value) },
+  fc.nat(100_000).map((v) => v as Value),
+  fc.constant(null),
+  fc.constantFrom('5e2', '100.0', '-0').map((t) => new RawNumber(t) as Value),
+);
+
+/** echo: a boolean, null, or another value vLLM's lax bool reads (as true or false). */
+const echo = fc.oneof(
+  { weight: 4, arbitrary: fc.boolean().map((v) => v as Value) },
+  fc.constant(null),
+  fc.constantFrom(1, 0, 'yes', 'false').map((v) => v as Value),
+);
+
 const prompt = fc.oneof(
   text.map((t) => t as Value),
   fc.tuple(text).map((t) => t as Value),
@@ -113,10 +137,22 @@ const request = fc
     prompt: fc.option(prompt, { freq: 3, nil: undefined }),
     maxTokens: fc.option(limit, { nil: undefined }),
     maxCompletionTokens: fc.option(limit, { nil: undefined }),
+    minTokens: fc.option(minTokens, { nil: undefined }),
+    echo: fc.option(echo, { nil: undefined }),
     stream: fc.option(fc.oneof(fc.boolean(), fc.constant(null)), { nil: undefined }),
     junk: fc.array(fc.tuple(junkKey, json), { maxLength: 3 }),
     shadows: fc.array(
-      fc.tuple(fc.constantFrom('max_tokens', 'messages', 'prompt', 'max_completion_tokens'), json),
+      fc.tuple(
+        fc.constantFrom(
+          'max_tokens',
+          'messages',
+          'prompt',
+          'max_completion_tokens',
+          'min_tokens',
+          'echo',
+        ),
+        json,
+      ),
       { maxLength: 2 },
     ),
     order: fc.array(fc.nat(), { minLength: 8, maxLength: 8 }),
@@ -132,6 +168,8 @@ const request = fc
     add(3, 'max_tokens', r.maxTokens);
     add(4, 'max_completion_tokens', r.maxCompletionTokens);
     add(5, 'stream', r.stream);
+    add(6, 'min_tokens', r.minTokens);
+    add(7, 'echo', r.echo);
     // Duplicates of a field come before its last occurrence, so the last one counts.
     for (const [key, v] of r.shadows) {
       const last = entries.findIndex(([k]) => k === key);
@@ -199,6 +237,38 @@ describe('rewriteRequest agrees with JSON.parse + object edits', () => {
     // The generator must reach the interesting paths, or the checks prove little.
     expect(changed).toBeGreaterThan(1000);
     expect(appended).toBeGreaterThan(30);
+  });
+
+  it("never raises the limit vLLM applies, nor lowers it below the request's min_tokens", () => {
+    let floored = 0;
+    let completionDefault = 0;
+    fc.assert(
+      fc.property(request, style, plan, (req, s, p) => {
+        const body = Buffer.from(serialize(req, s), 'utf8');
+        const out = rewriteRequest(body, peekRequest(body), p);
+        const before = JSON.parse(body.toString('utf8')) as Record<string, unknown>;
+        const after = JSON.parse(out.toString('utf8')) as Record<string, unknown>;
+        const was = vllmLimit(before, p.endpoint);
+        const now = vllmLimit(after, p.endpoint);
+        expect(now).toBeLessThanOrEqual(was);
+        const minTokens = typeof before.min_tokens === 'number' ? before.min_tokens + 0 : 0;
+        if (minTokens <= was) {
+          // A request vLLM accepts stays one it accepts: SamplingParams refuses min > max.
+          expect(now).toBeGreaterThanOrEqual(minTokens);
+        } else {
+          // vLLM refuses it as the client sent it; the rewrite does not make that worse.
+          expect(now).toBe(was);
+        }
+        if (minTokens > 0 && now === minTokens && now < was) floored++;
+        if (p.endpoint === 'completion' && !Object.hasOwn(before, 'max_tokens')) {
+          completionDefault++;
+        }
+      }),
+      { numRuns: 3000 },
+    );
+    // The generator must reach the floor and the completions default, or this proves little.
+    expect(floored).toBeGreaterThan(30);
+    expect(completionDefault).toBeGreaterThan(100);
   });
 
   it('whatever the alignment of the bytes in their buffer (long strings, word scanning)', () => {

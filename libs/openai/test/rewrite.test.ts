@@ -1,6 +1,11 @@
 import { Buffer } from 'node:buffer';
 import { describe, expect, it } from 'vitest';
-import { peekRequest, plannedMaxTokens, rewriteRequest } from '../src/index.js';
+import {
+  peekRequest,
+  plannedMaxTokens,
+  rewriteRequest,
+  VLLM_COMPLETION_MAX_TOKENS,
+} from '../src/index.js';
 import type { PeekedRequest, RewritePlan } from '../src/index.js';
 import { basePlan } from './rewrite-helpers.js';
 
@@ -18,6 +23,8 @@ describe('rewriteRequest: members of the top-level object', () => {
       stream: undefined,
       maxTokens: undefined,
       maxCompletionTokens: undefined,
+      minTokens: undefined,
+      echo: undefined,
       messages: undefined,
       prompt: undefined,
       modelSpan: { start: 2, end: 2 },
@@ -243,12 +250,11 @@ describe('rewriteRequest: token limits', () => {
     );
   });
 
-  it('sets max_tokens from the default when the client sent neither', () => {
-    for (const endpoint of ['chat', 'completion'] as const) {
-      expect(rewrite('{"model":"m"}', { endpoint, maxTokensFactor: 0.3 })).toBe(
-        '{"model":"m","max_tokens":300}',
-      );
-    }
+  it('chat: sets max_tokens from the default when the client sent neither', () => {
+    // vLLM's chat would run to the end of the context window: the default is scaled instead.
+    expect(rewrite('{"model":"m"}', { maxTokensFactor: 0.3 })).toBe(
+      '{"model":"m","max_tokens":300}',
+    );
     // null counts as not sent: the null is replaced where it stands
     expect(rewrite('{"max_tokens":null,"model":"m"}', { maxTokensFactor: 0.3 })).toBe(
       '{"max_tokens":300,"model":"m"}',
@@ -279,10 +285,154 @@ describe('rewriteRequest: token limits', () => {
     ).toBe('{"max_tokens":null,"model":"m","max_completion_tokens":200}');
   });
 
+  it("completions without max_tokens: vLLM's default of 16 is scaled, never raised", () => {
+    const completion = { endpoint: 'completion' as const, defaultMaxTokens: 1024 };
+    // vLLM's CompletionRequest has max_tokens = 16 when the key is absent: 0.3 x 16 floored at
+    // 16 is 16, so nothing is added (it used to add 0.3 x 1024 = 307, raising the limit).
+    const body = Buffer.from('{"model":"m","prompt":"Once upon"}');
+    const plan = { ...basePlan, ...completion, maxTokensFactor: 0.3 };
+    expect(rewriteRequest(body, peekRequest(body), plan)).toBe(body);
+    // A lower floor lets the scaled default through: round(0.3 x 16) = 5.
+    expect(
+      rewrite('{"model":"m","prompt":"p"}', {
+        ...completion,
+        maxTokensFactor: 0.3,
+        minMaxTokens: 1,
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_tokens":5}');
+    // max_completion_tokens is no field of vLLM's CompletionRequest: it does not stand for
+    // max_tokens (scaled as sent, and ignored by vLLM), and a null one changes nothing.
+    expect(
+      rewrite('{"model":"m","prompt":"p","max_completion_tokens":null}', {
+        ...completion,
+        maxTokensFactor: 0.3,
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_completion_tokens":null}');
+    expect(
+      rewrite('{"model":"m","prompt":"p","max_completion_tokens":1000}', {
+        ...completion,
+        maxTokensFactor: 0.3,
+        minMaxTokens: 4,
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_completion_tokens":300,"max_tokens":5}');
+  });
+
+  it('completions with "max_tokens": null: the rest of the context, so the default is scaled', () => {
+    const completion = { endpoint: 'completion' as const, defaultMaxTokens: 1024 };
+    expect(
+      rewrite('{"model":"m","prompt":"p","max_tokens":null}', {
+        ...completion,
+        maxTokensFactor: 0.3,
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_tokens":307}');
+    // also when an ignored max_completion_tokens was sent beside it
+    expect(
+      rewrite('{"model":"m","max_tokens":null,"max_completion_tokens":100,"prompt":"p"}', {
+        ...completion,
+        maxTokensFactor: 0.3,
+      }),
+    ).toBe('{"model":"m","max_tokens":307,"max_completion_tokens":30,"prompt":"p"}');
+  });
+
   it('rewrites the last of duplicate keys, the one that counts', () => {
     expect(
       rewrite('{"max_tokens":"x","model":"m","max_tokens":100}', { maxTokensFactor: 0.5 }),
     ).toBe('{"max_tokens":"x","model":"m","max_tokens":50}');
+  });
+});
+
+describe('rewriteRequest: min_tokens is a floor (vLLM refuses min_tokens > max_tokens)', () => {
+  const lazy: Partial<RewritePlan> = { maxTokensFactor: 0.3 };
+  const messages = '"messages":[{"role":"user","content":"hi"}]';
+
+  it('never scales a sent limit below min_tokens', () => {
+    // 0.3 x 1000 = 300 would be under min_tokens 500: vLLM would answer 400 only under load.
+    expect(rewrite(`{"model":"m",${messages},"min_tokens":500,"max_tokens":1000}`, lazy)).toBe(
+      `{"model":"m",${messages},"min_tokens":500,"max_tokens":500}`,
+    );
+    expect(
+      rewrite(`{"model":"m","max_completion_tokens":1000,"min_tokens":5e2,${messages}}`, lazy),
+    ).toBe(`{"model":"m","max_completion_tokens":500,"min_tokens":5e2,${messages}}`);
+    // a min_tokens under the scaled value changes nothing
+    expect(rewrite('{"model":"m","min_tokens":100,"max_tokens":1000}', lazy)).toBe(
+      '{"model":"m","min_tokens":100,"max_tokens":300}',
+    );
+    // completions too
+    expect(
+      rewrite('{"model":"m","prompt":"p","max_tokens":1000,"min_tokens":400}', {
+        ...lazy,
+        endpoint: 'completion',
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_tokens":400,"min_tokens":400}');
+  });
+
+  it('raises the scaled default to min_tokens when the client sent no limit', () => {
+    expect(rewrite(`{"model":"m",${messages},"min_tokens":500}`, lazy)).toBe(
+      `{"model":"m",${messages},"min_tokens":500,"max_tokens":500}`,
+    );
+    // completions without the key: vLLM's 16, floored at min_tokens 10
+    expect(
+      rewrite('{"model":"m","prompt":"p","min_tokens":10}', {
+        ...lazy,
+        endpoint: 'completion',
+        minMaxTokens: 1,
+      }),
+    ).toBe('{"model":"m","prompt":"p","min_tokens":10,"max_tokens":10}');
+  });
+
+  it('leaves a limit already under min_tokens as it is (vLLM refuses it either way)', () => {
+    const body = Buffer.from('{"model":"m","min_tokens":500,"max_tokens":400}');
+    expect(rewriteRequest(body, peekRequest(body), { ...basePlan, ...lazy })).toBe(body);
+    const completion = Buffer.from('{"model":"m","prompt":"p","min_tokens":500}');
+    expect(
+      rewriteRequest(completion, peekRequest(completion), {
+        ...basePlan,
+        ...lazy,
+        endpoint: 'completion',
+        minMaxTokens: 1,
+      }),
+    ).toBe(completion);
+  });
+
+  it('a null min_tokens is no floor', () => {
+    expect(rewrite('{"model":"m","min_tokens":null,"max_tokens":1000}', lazy)).toBe(
+      '{"model":"m","min_tokens":null,"max_tokens":300}',
+    );
+  });
+});
+
+describe('rewriteRequest: echo (completions)', () => {
+  const plan: Partial<RewritePlan> = {
+    endpoint: 'completion',
+    instruction: 'Be brief.',
+    completionPrefix: true,
+    maxTokensFactor: 0.5,
+  };
+
+  it('does not prefix a prompt vLLM echoes back, and still scales max_tokens', () => {
+    expect(rewrite('{"model":"m","prompt":"Once upon","echo":true,"max_tokens":100}', plan)).toBe(
+      '{"model":"m","prompt":"Once upon","echo":true,"max_tokens":50}',
+    );
+    expect(rewrite('{"model":"m","echo":true,"prompt":["Once upon"],"max_tokens":100}', plan)).toBe(
+      '{"model":"m","echo":true,"prompt":["Once upon"],"max_tokens":50}',
+    );
+    // vLLM's pydantic reads 1, "yes", "true" as true too: any echo but false or null counts.
+    for (const echo of ['1', '"yes"', '"true"', '"false"']) {
+      const body = `{"model":"m","prompt":"p","echo":${echo},"max_tokens":100}`;
+      expect(rewrite(body, plan)).toBe(body.replace('100', '50'));
+    }
+  });
+
+  it('prefixes as before when echo is false or null', () => {
+    for (const echo of ['false', 'null']) {
+      expect(rewrite(`{"model":"m","prompt":"p","echo":${echo}}`, plan)).toBe(
+        `{"model":"m","prompt":"Be brief.\\n\\np","echo":${echo}}`,
+      );
+    }
+    // the last of duplicate keys counts
+    expect(rewrite('{"model":"m","echo":true,"prompt":"p","echo":false}', plan)).toBe(
+      '{"model":"m","echo":true,"prompt":"Be brief.\\n\\np","echo":false}',
+    );
   });
 });
 
@@ -324,6 +474,15 @@ describe('plannedMaxTokens', () => {
     expect(plannedMaxTokens(100, { ...plan, maxTokensFactor: 1 })).toBe(100);
     expect(plannedMaxTokens(undefined, { ...plan, maxTokensFactor: 1 })).toBeUndefined();
     expect(plannedMaxTokens(100, { ...plan, maxTokensFactor: 2 })).toBe(100);
+  });
+  it("is never below the request's min_tokens, nor above the original", () => {
+    expect(plannedMaxTokens(1000, plan, 800)).toBe(800);
+    expect(plannedMaxTokens(1000, plan, 100)).toBe(700);
+    expect(plannedMaxTokens(500, plan, 800)).toBe(500);
+    expect(plannedMaxTokens(undefined, plan, 800)).toBe(800);
+    expect(plannedMaxTokens(undefined, plan, 5000)).toBe(5000);
+    expect(plannedMaxTokens(VLLM_COMPLETION_MAX_TOKENS, plan)).toBe(16);
+    expect(plannedMaxTokens(VLLM_COMPLETION_MAX_TOKENS, { ...plan, minMaxTokens: 1 }, 12)).toBe(12);
   });
 });
 

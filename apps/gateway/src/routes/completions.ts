@@ -163,7 +163,11 @@ export async function completionRoutes(
       if (request.tenant) payload.tenant = request.tenant.name;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
-      const promptTokens = estimatePromptTokens(body, peeked);
+      const promptTokens = estimatePromptTokens(
+        body,
+        peeked,
+        path === '/v1/chat/completions' ? 'chat' : 'completion',
+      );
       payload.promptTokens = promptTokens;
       const longPrompts = route.pool.longPrompts;
       const promptClass = classify(promptTokens, longPrompts);
