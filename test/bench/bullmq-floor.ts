@@ -3,8 +3,11 @@
 // stream at QUEUE_EVENTS_MAX_LEN, prioritised jobs removed on completion) gets `jobs` adds,
 // then one worker takes the first and completes each with `fetchNext`, the cheapest way
 // BullMQ has to run a queue of jobs one after the other (Sluice's slot handover). Counted
-// from INFO commandstats, which includes the commands BullMQ's Lua scripts run.
+// from INFO commandstats, which includes the commands BullMQ's Lua scripts run. `quiet` runs
+// the scripts as Sluice runs them, without the events stream and the add's id counter
+// (libs/redis bull-scripts.ts).
 import { QUEUE_EVENTS_MAX_LEN } from '@sluice/protocol';
+import { bullScript, quietWorkerScripts, withoutEventsStream } from '@sluice/redis';
 import { Job, Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { startRedis } from '../support/index.ts';
@@ -18,7 +21,10 @@ async function commandCalls(client: Redis): Promise<number> {
 }
 
 /** Commands per job for BullMQ alone: `add` (the add) and `run` (take and complete). */
-export async function bullmqFloor(jobs = 1000): Promise<{ add: number; run: number }> {
+export async function bullmqFloor(
+  jobs = 1000,
+  quiet = false,
+): Promise<{ add: number; run: number }> {
   const server = await startRedis();
   const connection = new Redis(server.url, { maxRetriesPerRequest: null });
   const name = '{pool-floor}';
@@ -30,6 +36,16 @@ export async function bullmqFloor(jobs = 1000): Promise<{ add: number; run: numb
   const worker = new Worker(name, null, { connection: workerConnection, autorun: false });
   try {
     await queue.setGlobalConcurrency(4);
+    if (quiet) {
+      await Promise.all([queue.waitUntilReady(), worker.waitUntilReady()]);
+      quietWorkerScripts(workerConnection);
+      // Sluice's admission runs the add quieted inside its own script; here it is redefined.
+      const add = bullScript(connection, 'addPrioritizedJob');
+      connection.defineCommand(add.name, {
+        numberOfKeys: add.numberOfKeys,
+        lua: withoutEventsStream(add.lua, { ownJobId: true }),
+      });
+    }
     const opts = { priority: 5, attempts: 1, removeOnComplete: true, removeOnFail: true };
     const runAll = async () => {
       let job: Job | undefined = await worker.getNextJob('token', { block: false });

@@ -9,7 +9,7 @@ import type { GatePolicy } from '@sluice/admission';
 import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
-import type { Redis } from '@sluice/redis';
+import { quietWorkerScripts, type Redis } from '@sluice/redis';
 import { Queue, Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
@@ -267,6 +267,9 @@ export class PoolDispatcher {
     // Scrape every engine once before contending for the lease: no ungated first interval.
     await Promise.all(this.engines.map((e) => e.observer.start()));
     await this.worker.waitUntilReady();
+    // BullMQ has loaded its scripts on the connection: its take and completion run without
+    // the events stream from the first job on (libs/redis bull-scripts.ts).
+    quietWorkerScripts(this.deps.bullConnection);
     await this.control.refresh();
     void this.worker.startStalledCheckTimer();
     void this.lease.start();

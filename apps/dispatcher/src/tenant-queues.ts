@@ -10,7 +10,7 @@
 // three (read, move, take). The move is BullMQ's own changePriority script, unchanged, as a
 // function inside ours (as the gateway's admission wraps BullMQ's add).
 import type { KeySpace } from '@sluice/protocol';
-import type { Redis } from '@sluice/redis';
+import { bullScript, hasCommand, type Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 
 /** Members read per tenant before giving up on finding a waiting one (held and running ones are skipped). */
@@ -108,14 +108,6 @@ export function afterTake(
   };
 }
 
-interface ScriptDefinition {
-  lua: string;
-  numberOfKeys?: number | null;
-}
-type Scripted = Redis & { scriptsSet: Record<string, ScriptDefinition | undefined> } & Record<
-    string,
-    unknown
-  >;
 type ChangePriorityArgs = (
   jobId: string,
   priority: number,
@@ -150,17 +142,15 @@ export class TenantQueues {
     if (this.command) return;
     const backend = this.queue.getBackend();
     await backend.client;
-    const scripted = this.bull as Scripted;
-    const bullName = Object.keys(scripted.scriptsSet).find((n) => n.startsWith('changePriority'));
-    const bull = bullName ? scripted.scriptsSet[bullName] : undefined;
-    if (!bull || bull.numberOfKeys !== BULL_KEYS)
-      throw new Error("BullMQ's changePriority script is not defined on its connection");
+    const bull = bullScript(this.bull, 'changePriority');
+    if (bull.numberOfKeys !== BULL_KEYS)
+      throw new Error(`BullMQ's changePriority takes ${bull.numberOfKeys} keys, not ${BULL_KEYS}`);
     // BullMQ builds the keys and the job key prefix as for its own changePriority.
     const args = (
       backend as unknown as { changePriorityArgs: ChangePriorityArgs }
     ).changePriorityArgs('', 0, true);
-    const name = `sluiceTenantHeads_${bullName}`;
-    if (typeof scripted[name] !== 'function')
+    const name = `sluiceTenantHeads_${bull.name}`;
+    if (!hasCommand(this.bull, name))
       this.bull.defineCommand(name, {
         lua: `local function bullmqChangePriority()\n${bull.lua}\nend\n${readingLua}`,
       });
@@ -185,7 +175,9 @@ export class TenantQueues {
   moveAndRead(moveJobId: string | undefined): Promise<MoveAndReading> {
     const command = this.command;
     if (!command) return Promise.reject(new Error('TenantQueues.moveAndRead before ready()'));
-    const send = (this.bull as Scripted)[command.name] as (...args: unknown[]) => Promise<unknown>;
+    const send = (this.bull as unknown as Record<string, unknown>)[command.name] as (
+      ...args: unknown[]
+    ) => Promise<unknown>;
     return send
       .call(
         this.bull,

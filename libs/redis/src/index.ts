@@ -1,4 +1,13 @@
 export {
+  bullScript,
+  hasCommand,
+  quietWorkerScripts,
+  withoutEventsStream,
+  WORKER_JOB_SCRIPTS,
+  type BullScript,
+  type QuietOptions,
+} from './bull-scripts.js';
+export {
   COMMAND_TIMEOUT_MS,
   createRedis,
   isCluster,

@@ -1,0 +1,79 @@
+// BullMQ's own take and completion, run as the dispatcher runs them (quietWorkerScripts on
+// BullMQ's connection), against a real redis-server: every job is taken, handed over and
+// finished as before, locks and the global concurrency included, and nothing is written to
+// the events stream, which nobody reads.
+import { quietWorkerScripts, type Redis } from '@sluice/redis';
+import { Job, type Queue, type Worker } from 'bullmq';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
+
+let fixture: QueueFixture;
+let redis: Redis;
+let queue: Queue;
+let worker: Worker;
+
+beforeAll(async () => {
+  fixture = await startQueueFixture('quiet-test');
+  ({ redis, queue, worker } = fixture);
+  await worker.waitUntilReady();
+  quietWorkerScripts(fixture.bull);
+});
+beforeEach(() => redis.flushall());
+afterAll(() => fixture.close());
+
+const opts = { attempts: 1, removeOnComplete: true, removeOnFail: true };
+
+async function commandCalls(command: string): Promise<number> {
+  const info = await redis.info('commandstats');
+  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+}
+
+/** Completes `job` and takes the next one in the same script, as a slot handover does. */
+async function completeAndTakeNext(job: Job, token: string): Promise<Job | undefined> {
+  const next = (await job.moveToCompleted('ok', token, true)) as unknown;
+  if (!Array.isArray(next) || !next[0]) return undefined;
+  const taken = Job.fromJSON(worker, next[0], next[1] as string);
+  taken.token = token;
+  return taken;
+}
+
+describe("BullMQ's take and completion without the events stream", () => {
+  it('takes in priority order, hands over, completes and fails as before, with no stream', async () => {
+    await queue.setGlobalConcurrency(1);
+    await queue.add('completion', {}, { ...opts, jobId: 'low', priority: 5 });
+    await queue.add('completion', {}, { ...opts, jobId: 'high', priority: 1 });
+    await queue.add('completion', {}, { ...opts, jobId: 'last', priority: 9 });
+    // The adds here are BullMQ's own (the gateway's admission quiets its add).
+    const xaddsBefore = await commandCalls('xadd');
+    const streamBefore = await redis.xlen(queue.keys.events!);
+
+    const first = await worker.getNextJob('t', { block: false });
+    expect(first?.id).toBe('high');
+    // The lock is BullMQ's, and the global concurrency of 1 keeps a second take empty.
+    expect(await redis.get(`${queue.toKey('high')}:lock`)).toBe('t');
+    expect(await worker.getNextJob('t2', { block: false })).toBeUndefined();
+
+    const second = await completeAndTakeNext(first!, 't');
+    expect(second?.id).toBe('low');
+    expect(await queue.getJob('high')).toBeUndefined();
+    const third = await completeAndTakeNext(second!, 't');
+    expect(third?.id).toBe('last');
+    await third!.moveToFailed(new Error('engine_error'), 't', false);
+
+    expect(
+      await queue.getJobCounts('active', 'wait', 'prioritized', 'completed', 'failed'),
+    ).toEqual({ active: 0, wait: 0, prioritized: 0, completed: 0, failed: 0 });
+    expect(await commandCalls('xadd')).toBe(xaddsBefore);
+    expect(await redis.xlen(queue.keys.events!)).toBe(streamBefore);
+  });
+
+  it('loses no lock check: a completion with a wrong token is refused', async () => {
+    await queue.add('completion', {}, { ...opts, jobId: 'a' });
+    const job = await worker.getNextJob('right', { block: false });
+    expect(job?.id).toBe('a');
+    await expect(job!.moveToCompleted('ok', 'wrong', false)).rejects.toThrow(/lock/i);
+    expect(await job!.getState()).toBe('active');
+    await job!.moveToCompleted('ok', 'right', false);
+    expect(await queue.getJob('a')).toBeUndefined();
+  });
+});

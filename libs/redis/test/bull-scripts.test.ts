@@ -1,0 +1,110 @@
+// BullMQ's scripts without the events stream, on a real redis-server: the Lua in front answers
+// the stream's commands and runs every other one. Stand-in scripts written as BullMQ writes
+// its own (`local rcall = redis.call`, upper-case command names); BullMQ's real take and
+// completion are run quieted in apps/dispatcher/test/quiet-scripts.test.ts.
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  bullScript,
+  createRedis,
+  quietWorkerScripts,
+  redisReady,
+  withoutEventsStream,
+  type Redis,
+} from '../src/index.ts';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'bull-scripts', role: 'bullmq' });
+  await redisReady(redis);
+});
+beforeEach(() => redis.flushall());
+afterAll(async () => {
+  await redis.quit();
+  await server.stop();
+});
+
+// What BullMQ's job scripts do with the stream, the id counter and everything else.
+const standIn = `local rcall = redis.call
+local maxEvents = rcall("HGET", KEYS[2], "opts.maxLenEvents")
+if not maxEvents then
+  maxEvents = 10000
+  rcall("HSET", KEYS[2], "opts.maxLenEvents", maxEvents)
+end
+local jobCounter = rcall("INCR", KEYS[3])
+rcall("XADD", KEYS[1], "MAXLEN", "~", maxEvents, "*", "event", "added", "jobId", ARGV[1])
+rcall("XTRIM", KEYS[1], "MAXLEN", "~", maxEvents)
+local prio = rcall("INCR", KEYS[4])
+rcall("HSET", KEYS[5], "id", ARGV[1])
+return {tostring(maxEvents), jobCounter, prio, redis.sha1hex("x"), rcall("HGET", KEYS[5], "id")}
+`;
+const keys = ['q:events', 'q:meta', 'q:id', 'q:pc', 'q:job'];
+
+async function run(lua: string): Promise<unknown> {
+  return redis.eval(lua, keys.length, ...keys, 'job-1');
+}
+
+describe("BullMQ's scripts without the events stream", () => {
+  it('as BullMQ runs them, the stream, its length and the id counter are written', async () => {
+    expect(await run(standIn)).toEqual(['10000', 1, 1, expect.any(String), 'job-1']);
+    expect(await redis.exists('q:events', 'q:id')).toBe(2);
+    expect(await redis.hget('q:meta', 'opts.maxLenEvents')).toBe('10000');
+  });
+
+  it('quieted, writes no stream and no stream length, and runs every other command', async () => {
+    const [maxEvents, , prio, sha, id] = (await run(withoutEventsStream(standIn))) as unknown[];
+    expect([maxEvents, prio, id]).toEqual(['0', 1, 'job-1']);
+    // The rest of `redis` is the real one.
+    expect(sha).toBe('11f6ad8ec52a2984abaafd7c3b516503785c2072');
+    expect(await redis.exists('q:events', 'q:meta')).toBe(0);
+    expect(await redis.hget('q:job', 'id')).toBe('job-1');
+    // Without `ownJobId`, the id counter is BullMQ's as before (a job scheduler's next id).
+    expect(await redis.get('q:id')).toBe('1');
+  });
+
+  it('with ownJobId, skips the id counter, and only it: the priority counter counts', async () => {
+    const reply = (await run(withoutEventsStream(standIn, { ownJobId: true }))) as unknown[];
+    expect(reply.slice(1, 3)).toEqual([0, 1]);
+    expect(await redis.exists('q:id')).toBe(0);
+    expect(await redis.get('q:pc')).toBe('1');
+  });
+
+  it('finds a script by its name with or without the version, and names one it cannot find', () => {
+    redis.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: standIn });
+    expect(bullScript(redis, 'moveToActive')).toEqual({
+      name: 'moveToActive:9.9.9',
+      lua: standIn,
+      numberOfKeys: 5,
+    });
+    expect(bullScript(redis, 'moveToActive:9.9.9').name).toBe('moveToActive:9.9.9');
+    expect(() => bullScript(redis, 'moveToActive:1.0.0')).toThrow(
+      /moveToActive:1.0.0 is not defined/,
+    );
+  });
+
+  it('redefines the take and the completion under their names, once however often called', async () => {
+    const other = createRedis(server.url, { name: 'bull-scripts-2', role: 'bullmq' });
+    try {
+      await redisReady(other);
+      other.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: standIn });
+      expect(() => quietWorkerScripts(other)).toThrow(/moveToFinished is not defined/);
+      other.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 5, lua: standIn });
+      quietWorkerScripts(other);
+      quietWorkerScripts(other);
+      for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9']) {
+        expect(bullScript(other, name).lua).toBe(withoutEventsStream(standIn));
+        const command = (other as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[
+          name
+        ]!;
+        await command.call(other, ...keys, 'job-2');
+      }
+      expect(await redis.exists('q:events')).toBe(0);
+      expect(await redis.get('q:pc')).toBe('2');
+    } finally {
+      await other.quit();
+    }
+  });
+});
