@@ -80,7 +80,7 @@ export interface DegradationConfig {
    * the key keeps vLLM's 16, never raised).
    */
   defaultMaxTokens: number;
-  /** `prepend` a new system message, or `append` to an existing leading one (else prepend). */
+  /** Where the instruction joins a leading system message's text: in front (`prepend`) or after it (`append`); a new system message only when there is none. */
   systemPrompt: SystemPromptMode;
   /** `/v1/completions`: put `<instruction>\n\n` in front of the prompt; false = untouched. */
   completionPrefix: boolean;

@@ -14,9 +14,13 @@ export interface RewritePlan {
   /** Text to add; undefined (or '') = no instruction. */
   readonly instruction?: string | undefined;
   /**
-   * chat: 'prepend' a new `{"role":"system","content":instruction}` as messages[0]; 'append' =
-   * if messages[0] is a system message whose content is a JSON string, append
-   * "\n\n" + instruction to that string, else prepend as above.
+   * chat: where the instruction goes in the leading system message. When messages[0] is a
+   * system message whose content is a string (or whose content's first part is a text part),
+   * the instruction joins that text: 'prepend' puts `instruction + "\n\n"` in front of it,
+   * 'append' puts `"\n\n" + instruction` after it. Otherwise a new
+   * `{"role":"system","content":instruction}` becomes messages[0]. Never a second system
+   * message: many chat templates take only messages[0] as the system prompt and refuse any
+   * other (vLLM's examples/tool_chat_template_mistral3.jinja).
    */
   readonly systemPrompt: 'prepend' | 'append';
   /**
@@ -250,9 +254,13 @@ function instructMessages(
 ): Edit {
   const first = skipWhitespace(b, messages.start + 1, messages.end);
   const empty = first === messages.end - 1; // only ']' is left
-  if (mode === 'append' && !empty) {
-    const close = systemContentClose(b, first, messages.end);
-    if (close >= 0) return { start: close, end: close, bytes: text.appended() };
+  if (!empty) {
+    const system = systemText(b, first, messages.end);
+    if (system !== undefined) {
+      return mode === 'prepend'
+        ? { start: system.start, end: system.start, bytes: text.prefixed() }
+        : { start: system.end, end: system.end, bytes: text.appended() };
+    }
   }
   return { start: messages.start + 1, end: messages.start + 1, bytes: text.systemMessage(!empty) };
 }
@@ -335,17 +343,17 @@ function skipOther(b: Uint8Array, i: number, n: number): number {
 }
 
 /**
- * Looks at the first element of `messages` only (it starts at `i`; `n` is one past the
- * array's ']'): when it is an object whose `role` is "system" and whose `content` is a string
- * (the last of duplicate keys counting, as JSON.parse has it), returns the offset of that
- * string's closing quote; otherwise -1. Nested values are skipped by depth counting, so the
- * scan is bounded by the first element and needs no recursion.
+ * The text of the system message at `i` (messages[0]) that an instruction joins, as the bytes
+ * inside its quotes: its `content` when a string, or the `text` of its content's first part
+ * when that part is a text part (`[{"type":"text","text":"…"}, …]`, vLLM's
+ * ChatCompletionContentPartTextParam). Undefined when `i` is not a system message or its
+ * content is neither. Duplicate keys resolve as JSON.parse does: the last one counts.
  */
-function systemContentClose(b: Uint8Array, i: number, n: number): number {
-  if (b[i] !== 0x7b /* { */) return -1;
+function systemText(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
+  if (b[i] !== 0x7b /* { */) return undefined;
   i = skipWhitespace(b, i + 1, n);
   let system = false;
-  let close = -1;
+  let content: ByteSpan | undefined;
   while (i < n && b[i] === 0x22 /* " */) {
     const keyStart = i + 1;
     i = scanString(b, keyStart, n);
@@ -355,17 +363,66 @@ function systemContentClose(b: Uint8Array, i: number, n: number): number {
     if (b[value] === 0x22 /* " */) {
       i = scanString(b, value + 1, n);
       if (id === ROLE) system = isSystem(b, value + 1, i - 1, lastStringEscaped());
-      else if (id === CONTENT) close = i - 1;
+      else if (id === CONTENT) content = { start: value + 1, end: i - 1 };
     } else {
       i = skipOther(b, value, n);
       if (id === ROLE) system = false;
-      else if (id === CONTENT) close = -1;
+      else if (id === CONTENT) content = firstTextPart(b, value, i);
     }
     i = skipWhitespace(b, i, n);
     if (b[i] !== 0x2c /* , */) break; // '}': the element ends
     i = skipWhitespace(b, i + 1, n);
   }
-  return system ? close : -1;
+  return system ? content : undefined;
+}
+
+/**
+ * The `text` string of the first element of the array at [i, n) when that element is an
+ * object with a string `text` and, if it has a `type`, the type `text`.
+ */
+function firstTextPart(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
+  if (b[i] !== 0x5b /* [ */) return undefined;
+  i = skipWhitespace(b, i + 1, n);
+  if (b[i] !== 0x7b /* { */) return undefined;
+  i = skipWhitespace(b, i + 1, n);
+  let text: ByteSpan | undefined;
+  let typeIsText = true;
+  while (i < n && b[i] === 0x22 /* " */) {
+    const keyStart = i + 1;
+    i = scanString(b, keyStart, n);
+    const key = partKey(b, keyStart, i - 1, lastStringEscaped());
+    i = skipWhitespace(b, i, n); // to ':'
+    const value = skipWhitespace(b, i + 1, n);
+    if (b[value] === 0x22 /* " */) {
+      i = scanString(b, value + 1, n);
+      if (key === 'text') text = { start: value + 1, end: i - 1 };
+      else if (key === 'type')
+        typeIsText = partKey(b, value + 1, i - 1, lastStringEscaped()) === 'text';
+    } else {
+      i = skipOther(b, value, n);
+      if (key === 'text') text = undefined;
+      else if (key === 'type') typeIsText = false;
+    }
+    i = skipWhitespace(b, i, n);
+    if (b[i] !== 0x2c /* , */) break;
+    i = skipWhitespace(b, i + 1, n);
+  }
+  return typeIsText ? text : undefined;
+}
+
+/** `text` or `type` when the string [s, e) is that word (after unescaping), else ''. */
+function partKey(b: Uint8Array, s: number, e: number, isEscaped: boolean): string {
+  if (isEscaped) {
+    if (e - s > 4 * 6) return '';
+    const word = decodeString(b, s, e);
+    return word === 'text' || word === 'type' ? word : '';
+  }
+  if (e - s !== 4 || b[s] !== 0x74 /* t */) return '';
+  if (b[s + 1] === 0x65 /* e */ && b[s + 2] === 0x78 /* x */ && b[s + 3] === 0x74 /* t */)
+    return 'text';
+  if (b[s + 1] === 0x79 /* y */ && b[s + 2] === 0x70 /* p */ && b[s + 3] === 0x65 /* e */)
+    return 'type';
+  return '';
 }
 
 // --- completion: the prompt prefix ---------------------------------------------------------

@@ -67,6 +67,25 @@ export interface ExpectedEdit {
  * What a rewrite must give, worked out from JSON.parse and object edits alone: the parsed
  * result, and the splices (from the peek's spans) that must turn the body into the output.
  */
+/**
+ * The text an instruction joins in a leading system message: its string content, or the text
+ * of its content's first part when that part is a text part.
+ */
+function joinable(first: unknown): { text: string; set(value: string): void } | undefined {
+  if (!isObject(first) || first.role !== 'system') return undefined;
+  const content = first.content;
+  if (typeof content === 'string')
+    return { text: content, set: (value) => (first.content = value) };
+  const part: unknown = Array.isArray(content) ? content[0] : undefined;
+  if (
+    isObject(part) &&
+    typeof part.text === 'string' &&
+    (!('type' in part) || part.type === 'text')
+  )
+    return { text: part.text, set: (value) => (part.text = value) };
+  return undefined;
+}
+
 export function expectedRewrite(
   body: Buffer,
   peeked: PeekedRequest,
@@ -82,20 +101,21 @@ export function expectedRewrite(
   if (instruction !== undefined && instruction !== '') {
     const messages = value.messages;
     if (plan.endpoint === 'chat' && Array.isArray(messages)) {
-      const first: unknown = messages[0];
-      if (
-        plan.systemPrompt === 'append' &&
-        isObject(first) &&
-        first.role === 'system' &&
-        typeof first.content === 'string'
-      ) {
-        first.content = `${first.content}\n\n${instruction}`;
+      const join = joinable(messages[0]);
+      if (join) {
+        join.set(
+          plan.systemPrompt === 'prepend'
+            ? `${instruction}\n\n${join.text}`
+            : `${join.text}\n\n${instruction}`,
+        );
         const span = peeked.messages!;
         edits.push({
           from: span.start + 1,
           to: span.end - 1,
           removes: 0,
-          bytes: Buffer.from(esc(`\n\n${instruction}`)),
+          bytes: Buffer.from(
+            esc(plan.systemPrompt === 'prepend' ? `${instruction}\n\n` : `\n\n${instruction}`),
+          ),
         });
       } else {
         messages.unshift({ role: 'system', content: instruction });

@@ -84,9 +84,19 @@ describe('rewriteRequest: the system instruction (chat)', () => {
   const chat = (first: string) =>
     `{"model":"m","messages":[${first},{"role":"user","content":"hi"}]}`;
 
-  it("'prepend' puts a new system message first, even before a system message", () => {
+  it("'prepend' joins a leading system message in front of its text: never a second one", () => {
+    // Chat templates that take messages[0] as the system prompt refuse another system
+    // message (vLLM's examples/tool_chat_template_mistral3.jinja raises on it).
     expect(rewrite(chat('{"role":"system","content":"S"}'), { instruction: 'I' })).toBe(
-      chat('{"role":"system","content":"I"},{"role":"system","content":"S"}'),
+      chat('{"role":"system","content":"I\\n\\nS"}'),
+    );
+    expect(rewrite(chat('{"role":"user","content":"U"}'), { instruction: 'I' })).toBe(
+      chat('{"role":"system","content":"I"},{"role":"user","content":"U"}'),
+    );
+    const parts =
+      '{"role":"system","content":[{"type":"text","text":"S"},{"type":"text","text":"T"}]}';
+    expect(rewrite(chat(parts), { instruction: 'I' })).toBe(
+      chat(parts.replace('"S"', '"I\\n\\nS"')),
     );
   });
 
@@ -119,12 +129,30 @@ describe('rewriteRequest: the system instruction (chat)', () => {
     );
   });
 
-  it("'append' prepends when the system message's content is multimodal or null", () => {
+  it("joins the first part of a system message's content when it is a text part", () => {
     const plan = { instruction: 'I', systemPrompt: 'append' as const };
-    const parts = '{"role":"system","content":[{"type":"text","text":"S"}]}';
-    expect(rewrite(chat(parts), plan)).toBe(chat(`{"role":"system","content":"I"},${parts}`));
-    const none = '{"role":"system","content":null}';
-    expect(rewrite(chat(none), plan)).toBe(chat(`{"role":"system","content":"I"},${none}`));
+    const parts =
+      '{"role":"system","content":[{"type":"text","text":"S"},{"type":"text","text":"T"}]}';
+    expect(rewrite(chat(parts), plan)).toBe(chat(parts.replace('"S"', '"S\\n\\nI"')));
+    // key order, escapes and a part without a type (the text is what vLLM reads)
+    const loose = '{"content":[ { "text" : "S", "t\\u0079pe":"te\\u0078t" } ],"role":"system"}';
+    expect(rewrite(chat(loose), plan)).toBe(chat(loose.replace('"S"', '"S\\n\\nI"')));
+    const untyped = '{"role":"system","content":[{"text":"S"}]}';
+    expect(rewrite(chat(untyped), plan)).toBe(chat(untyped.replace('"S"', '"S\\n\\nI"')));
+  });
+
+  it('puts a new system message first when the leading one has no text to join', () => {
+    for (const systemPrompt of ['prepend', 'append'] as const) {
+      const plan = { instruction: 'I', systemPrompt };
+      for (const first of [
+        '{"role":"system","content":null}',
+        '{"role":"system","content":[]}',
+        '{"role":"system","content":[{"type":"image_url","image_url":{"url":"u"},"text":"S"}]}',
+        '{"role":"system","content":[{"type":"text","text":null}]}',
+        '{"role":"system","content":["S"]}',
+      ])
+        expect(rewrite(chat(first), plan)).toBe(chat(`{"role":"system","content":"I"},${first}`));
+    }
   });
 
   it("'append' skips nested values in the first message, brackets in strings included", () => {
@@ -156,7 +184,7 @@ describe('rewriteRequest: the system instruction (chat)', () => {
       const out = rewrite(chat('{"role":"system","content":"S"}'), { instruction, systemPrompt });
       const parsed = JSON.parse(out) as { messages: { content: string }[] };
       expect(parsed.messages[0]!.content).toBe(
-        systemPrompt === 'prepend' ? instruction : `S\n\n${instruction}`,
+        systemPrompt === 'prepend' ? `${instruction}\n\nS` : `S\n\n${instruction}`,
       );
     }
     expect(rewrite(chat('{}'), { instruction: '"\n' })).toContain('"content":"\\"\\n"}');
