@@ -89,14 +89,18 @@ describe('sluice status --watch', () => {
   );
 });
 
-describe.each([
+describe.each<[string, string[], Record<string, string>?]>([
   ['status', []],
   ['pool', ['pause', 'default']],
-])('sluice %s', (command, args) => {
+  ['gateway', []],
+  // The engine's limit given, so the dispatcher has no warning to log before the refusal.
+  ['dispatcher', [], { ADMISSION_MAX_INFLIGHT: '4' }],
+])('sluice %s', (command, args, env = {}) => {
   it('refuses a REDIS_TLS_CA_FILE it cannot read with one line and exit 2, as any configuration', async () => {
     const { proc, code } = await sluice([command, ...args], new RegExp(`^sluice ${command}:`), {
       REDIS_URL: 'rediss://127.0.0.1:9',
       REDIS_TLS_CA_FILE: '/nonexistent/ca.pem',
+      ...env,
     });
     expect(code).toBe(2);
     expect(proc.output).toEqual([

@@ -1,5 +1,6 @@
-// `sluice up` stopped while it starts, stopped twice, and run on a pools file. A stop during
-// start-up reaches the child being started and starts nothing more; a second signal is passed
+// `sluice up` stopped while it starts, stopped twice, and run on a pools file. A child that is
+// not ready is named every 10 s; a stop during start-up reaches the child being started and
+// starts nothing more; a second signal is passed
 // on to the children still stopping instead of killing up and leaving them without a parent;
 // with SLUICE_CONFIG the file names the engines, so up starts no simulator and adds no
 // VLLM_URL (which the configuration refuses beside a pools file).
@@ -77,6 +78,12 @@ describe('sluice up stopped', () => {
     );
     const children = startedChildren(proc);
     expect(children.map((c) => c.name)).toEqual(['engine-sim', 'dispatcher-1']);
+    // Not a silent wait: up names the child it is still waiting for, with its last line.
+    const notice = await proc.waitForLine(
+      /^sluice up: still waiting for dispatcher-1 \(pid (\d+)\) after 10 s; its last line: (.+)$/,
+      60_000,
+    );
+    expect(Number(notice[1])).toBe(children[1]!.pid);
 
     proc.child.kill('SIGTERM');
     const { code, signal } = await proc.closed;

@@ -21,6 +21,8 @@ interface Started {
 }
 
 const TAIL_LINES = 10;
+/** How often up says which child it is still waiting for, with that child's last line. */
+const WAIT_NOTICE_MS = 10_000;
 
 /**
  * Spawns a child and resolves with the first output line matching `ready`. `spawned` hears of
@@ -95,8 +97,9 @@ REDIS_SENTINELS or REDIS_CLUSTER_NODES is set; port SLUICE_REDIS_PORT, default 6
 engine simulator (unless VLLM_URL or SLUICE_CONFIG names the engines; port
 SLUICE_ENGINE_PORT, default 8000), two dispatchers (METRICS_PORT and the next) and two
 gateways (PORT and the next). Ctrl-C or SIGTERM stops them all, also during start-up. A
-child that fails is named with its last lines, and up exits 1. SLUICE_UP_VERBOSE=1 echoes
-every child's log. See apps/cli/README.md.
+child that fails is named with its last lines, and up exits 1; one still not ready is named
+every 10 s with its last line. SLUICE_UP_VERBOSE=1 echoes every child's log. See
+apps/cli/README.md.
 `;
 
 /** A variable as @sluice/config reads it: an empty one is unset. */
@@ -197,12 +200,23 @@ export async function runUp(argv: string[]): Promise<void> {
     env: Record<string, string | undefined> = process.env,
   ): Promise<[Started, RegExpMatchArray]> => {
     if (stopping) throw new Stopped();
+    let notice: NodeJS.Timeout | undefined;
     try {
       const result = await startChild(name, command, args, ready, env, (started) => {
         spawned.push(started);
         // Where a start hangs (a dispatcher waiting for a Redis that is not there), which child.
         if (verbose)
           process.stdout.write(`sluice up: starting ${name} (pid ${started.child.pid})\n`);
+        // No limit on a start (a Redis may come up late), but never a silent wait: every 10 s
+        // up names the child it waits for and what it said last.
+        let waited = 0;
+        notice = setInterval(() => {
+          waited += WAIT_NOTICE_MS / 1000;
+          const last = started.lastLines().at(-1) ?? '(nothing yet)';
+          process.stderr.write(
+            `sluice up: still waiting for ${name} (pid ${started.child.pid}) after ${waited} s; its last line: ${last}\n`,
+          );
+        }, WAIT_NOTICE_MS);
       });
       // Ready just as the stop came: it is stopped with the others, and nothing more starts.
       if (stopping) throw new Stopped();
@@ -211,6 +225,8 @@ export async function runUp(argv: string[]): Promise<void> {
       // Stopped before it was ready: the stop's doing, not a failure.
       if (stopping) throw new Stopped();
       throw err;
+    } finally {
+      clearInterval(notice);
     }
   };
 

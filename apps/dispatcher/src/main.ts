@@ -16,6 +16,7 @@ import {
   RedisAuthError,
   redisHealthy,
   redisReady,
+  RedisTlsError,
 } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook, earlyCancelMs } from './cancels.js';
@@ -281,8 +282,9 @@ export async function runDispatcher(): Promise<void> {
       process.stderr.write(`sluice dispatcher: ${err.message}\n`);
       process.exit(1);
     }
-    // A configuration it cannot run (no pools): refused like one loadConfig refuses.
-    if (err instanceof ConfigError) {
+    // A configuration it cannot run (no pools, REDIS_TLS_CA_FILE unreadable): refused like
+    // one loadConfig refuses.
+    if (err instanceof ConfigError || err instanceof RedisTlsError) {
       process.stderr.write(`sluice dispatcher: ${err.message}\n`);
       process.exit(2);
     }

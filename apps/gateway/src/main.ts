@@ -12,7 +12,14 @@ import {
   Registry,
 } from '@sluice/observability';
 import { keySpace } from '@sluice/protocol';
-import { createRedis, describeTopology, isCluster, redisReady, type Redis } from '@sluice/redis';
+import {
+  createRedis,
+  describeTopology,
+  isCluster,
+  redisReady,
+  RedisTlsError,
+  type Redis,
+} from '@sluice/redis';
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
@@ -296,7 +303,18 @@ export async function runGateway(): Promise<void> {
     }
     throw err;
   }
-  const gateway = await startGateway(config);
+  let gateway: Gateway;
+  try {
+    gateway = await startGateway(config);
+  } catch (err) {
+    // REDIS_TLS_CA_FILE unreadable: refused like the rest of the configuration.
+    if (err instanceof RedisTlsError) {
+      process.stderr.write(`sluice gateway: ${err.message}\n`);
+      process.exitCode = 2;
+      return;
+    }
+    throw err;
+  }
   void gateway.fatal.then((err) => {
     process.stderr.write(`sluice gateway: ${err.message.replace(/\s+/g, ' ')}\n`);
     process.exit(1);
