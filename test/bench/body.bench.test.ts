@@ -72,8 +72,15 @@ function chatBody(bytes: number, seed: number): Buffer {
 
 /** The same edit on the parsed object, serialised back to bytes for the engine. */
 function parseEditStringify(buf: Buffer): Buffer {
-  const o = JSON.parse(buf.toString()) as { messages: unknown[]; max_tokens: number };
-  o.messages.unshift({ role: 'system', content: PLAN.instruction });
+  const o = JSON.parse(buf.toString()) as {
+    messages: Array<{ role: string; content: unknown }>;
+    max_tokens: number;
+  };
+  // The instruction joins a leading system message's text; a new one only where none leads.
+  const first = o.messages[0];
+  if (first?.role === 'system' && typeof first.content === 'string')
+    first.content = `${PLAN.instruction}\n\n${first.content}`;
+  else o.messages.unshift({ role: 'system', content: PLAN.instruction });
   o.max_tokens = Math.max(PLAN.minMaxTokens, Math.round(o.max_tokens * PLAN.maxTokensFactor));
   return Buffer.from(JSON.stringify(o));
 }
@@ -281,8 +288,8 @@ it('times the peek, the estimate and the rewrite against JSON.parse and JSON.str
     notes: [
       `Bodies: ${bodies.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}; chat turns of mixed ASCII and non-ASCII text, generated from a fixed seed. The peek and the estimate are also timed on other shapes: ${shapes.map(([n, b]) => `${n} = ${b.length} bytes`).join(', ')}.`,
       `The prompt-token estimate (estimatePromptTokens: ceil(code points of the string values in messages / 4) for chat, the prompt's for completions; one pass over the span, no allocation) is timed on its own with the body's peek done beforehand, and for the three chat bodies also after the peek, as the gateway runs it. Estimates: ${[...bodies, ...shapes].map(([n, b]) => `${n} = ${((p) => estimatePromptTokens(b, p, endpointOf(p)))(peekRequest(b))} tokens`).join(', ')}.`,
-      'The rewrite prepends the instruction as its own system message (the default); "appended to the system prompt" adds it at the end of the existing system message, which copies that message.',
-      'JSON.parse is timed on the raw bytes as the gateway would need it (buf.toString() included); the naive rewrite parses, prepends the instruction, scales max_tokens, stringifies and encodes to bytes, which is the same edit as rewriteRequest (checked).',
+      'The rewrite puts the instruction in front of the leading system message\'s text (the default, prepend); "appended to the system prompt" puts it after that text. Never a second system message, which many chat templates refuse.',
+      'JSON.parse is timed on the raw bytes as the gateway would need it (buf.toString() included); the naive rewrite parses, puts the instruction in front of the system prompt, scales max_tokens, stringifies and encodes to bytes, which is the same edit as rewriteRequest (checked).',
       `Time: median per call over batches of ~0.2 ms after a warm-up, ${MEASURE_MS} ms of batches per measurement, ${REPEATS} interleaved repeats (runs show their spread; figures are their median). Allocated: JS heap + ArrayBuffer growth across one call after a full GC, median of 15 calls, less the same measured around an empty call.`,
     ],
   });
