@@ -18,13 +18,17 @@ const longPolicy: LongPromptPolicy = {
   kvFit: true,
 };
 
-/** Two ranks of 100,000 KV tokens (6,250 blocks of 16), each half full. */
+/**
+ * Two ranks of 100,000 KV tokens (6,250 blocks of 16), each half full. Each rank shows the
+ * front end's summed cache config, 12,500 blocks, as vLLM writes it (vllm/v1/engine/utils.py,
+ * vllm/v1/metrics/loggers.py).
+ */
 function twoHalfFullRanks(): ObservedEngine {
   const lines = ['0', '1'].flatMap((rank) => [
     `vllm:num_requests_running{engine="${rank}",model_name="m"} 1.0`,
     `vllm:num_requests_waiting{engine="${rank}",model_name="m"} 0.0`,
     `vllm:kv_cache_usage_perc{engine="${rank}",model_name="m"} 0.5`,
-    `vllm:cache_config_info{block_size="16",engine="${rank}",num_gpu_blocks="6250"} 1.0`,
+    `vllm:cache_config_info{block_size="16",engine="${rank}",num_gpu_blocks="12500"} 1.0`,
   ]);
   return {
     name: 'e',

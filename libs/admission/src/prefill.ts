@@ -111,7 +111,8 @@ export function freeKvTokens(
  * reason says what would still hold the prompt if short ones left room: `long_share` and
  * `long_prefill` hold it whatever short prompts do, a gate reason or `kv_fit` only because the
  * room is taken. With unknown KV (no capacity exported, stale gauges) the KV rule holds a
- * long prompt only in fail mode `closed`.
+ * long prompt only in fail mode `closed`; a prompt larger than the whole KV cache is not held
+ * by it at all.
  */
 export function releaseDecision(
   engine: PrefillView,
@@ -130,7 +131,12 @@ export function releaseDecision(
   if (!(engine.longInPrefill < policy.maxInPrefill)) return hold('long_prefill');
   const base = gateDecision(engine, gate, now);
   if (!base.admit) return base;
-  if (policy.kvFit) {
+  // A prompt larger than the whole KV cache never fits: held, it would wait to its park limit,
+  // and once aged it would hold every short prompt behind it. vLLM refuses to start an engine
+  // whose max_model_len does not fit its KV cache (check_enough_kv_cache_memory,
+  // vllm/v1/core/kv_cache_utils.py), so such a prompt is over max_model_len if the estimate is
+  // right, and vLLM answers it with a 400 at once; if the estimate is high, it runs.
+  if (policy.kvFit && !(promptTokens > (engine.kvCapacityTokens ?? Infinity))) {
     const free = freeKvTokens(engine, gate, now);
     if (free === undefined ? gate.failMode === 'closed' : !(promptTokens <= free))
       return hold('kv_fit');

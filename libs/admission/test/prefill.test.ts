@@ -88,6 +88,22 @@ describe('prefill rules', () => {
     expect(decide(e, 65_536, { ...policy, kvFit: false })).toEqual({ admit: true });
   });
 
+  it('never holds on KV a prompt larger than the whole KV cache: vLLM refuses it at once', () => {
+    // 60% used; the capacity (152,432 tokens) is less than the prompt's estimate.
+    const e = engine({
+      gauges: { running: 1, waiting: 0, kvUsage: 0.6, at: NOW, inflightAtScrape: 1 },
+      inflight: 1,
+    });
+    expect(decide(e, 250_000)).toEqual({ admit: true });
+    // The long prompts' own rules still apply to it.
+    expect(decide({ ...e, longInflight: 1, longInPrefill: 1 }, 250_000)).toEqual({
+      admit: false,
+      reason: 'long_prefill',
+    });
+    // Held, it would be past its aging limit and hold every short prompt behind it.
+    expect(shortsMayPass(true, 'kv_fit')).toBe(false);
+  });
+
   it('with unknown KV (no capacity exported, or stale gauges) holds on KV only in fail mode closed', () => {
     const unknown = engine({ kvCapacityTokens: undefined });
     expect(decide(unknown, 65_536)).toEqual({ admit: true });

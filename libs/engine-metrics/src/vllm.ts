@@ -33,15 +33,18 @@ export interface VllmState {
   /** The series `kvUsage` came from. */
   kvMetric: KvMetricName;
   /**
-   * KV-cache size in tokens: `num_gpu_blocks` x `block_size` from `vllm:cache_config_info`,
-   * summed over ranks. Absent unless every rank has a readable one.
+   * KV-cache size in tokens: `num_gpu_blocks` x `block_size` from `vllm:cache_config_info`.
+   * With data-parallel ranks that all show the same count (vLLM shows every rank the sum of
+   * all ranks' blocks), that count once; ranks showing different counts are summed. Absent
+   * unless every rank has a readable one.
    */
   kvCapacityTokens?: number;
   /**
    * The smallest rank's KV-cache size in tokens: what one request can count on, since it runs
    * on one rank and the API server picks that rank by queue lengths, never by free KV
-   * (`DPLBAsyncMPClient.get_core_engine_for_request`, vllm/v1/engine/core_client.py). Equals
-   * `kvCapacityTokens` with one rank; absent when it is.
+   * (`DPLBAsyncMPClient.get_core_engine_for_request`, vllm/v1/engine/core_client.py): an
+   * equal share of the total when every rank shows the same count, else the smallest count.
+   * Equals `kvCapacityTokens` with one rank; absent when it is.
    */
   kvRankCapacityTokens?: number;
   /**
@@ -116,6 +119,29 @@ function positiveInt(labels: Labels, name: string): number | undefined {
  * has one, so a partial sum never understates the whole. One rank and one value match
  * whatever their `engine` labels say (an unlabelled info series next to `engine="0"`).
  */
+/**
+ * The KV capacity of the whole engine and of its smallest rank, from each rank's
+ * cache_config_info (undefined unless every rank the gauges show has one). vLLM's front end
+ * sums the blocks of every data-parallel rank into one cache_config ("Sum values from all
+ * engines in DP case", `wait_for_engine_startup`, vllm/v1/engine/utils.py) and logs that one
+ * config under each rank's `engine` label (`log_metrics_info`, vllm/v1/metrics/loggers.py), so
+ * every rank shows the total: counted once, with a rank holding an equal share of it. Ranks
+ * that show different counts are each their own (summed, the smallest kept). Equal counts are
+ * always read as the total, so a rank is never overstated.
+ */
+function capacityOverRanks(
+  capacity: ReadonlyMap<string, number>,
+  ranks: ReadonlySet<string>,
+): { total: number; smallestRank: number } | undefined {
+  const total = sumOverRanks(capacity, ranks);
+  if (total === undefined) return undefined;
+  if (ranks.size <= 1) return { total, smallestRank: total };
+  const perRank = [...ranks].map((rank) => capacity.get(rank)!);
+  if (perRank.every((value) => value === perRank[0]))
+    return { total: perRank[0]!, smallestRank: Math.floor(perRank[0]! / ranks.size) };
+  return { total, smallestRank: Math.min(...perRank) };
+}
+
 function sumOverRanks(
   perRank: ReadonlyMap<string, number>,
   ranks: ReadonlySet<string>,
@@ -234,13 +260,10 @@ export function readVllmState(exposition: Exposition): VllmState {
     ranks: ranks.size,
     models,
   };
-  const kvCapacityTokens = sumOverRanks(capacity, ranks);
-  if (kvCapacityTokens !== undefined) {
-    state.kvCapacityTokens = kvCapacityTokens;
-    state.kvRankCapacityTokens =
-      ranks.size === 1
-        ? kvCapacityTokens
-        : Math.min(...[...ranks].map((rank) => capacity.get(rank)!));
+  const kvCapacity = capacityOverRanks(capacity, ranks);
+  if (kvCapacity !== undefined) {
+    state.kvCapacityTokens = kvCapacity.total;
+    state.kvRankCapacityTokens = kvCapacity.smallestRank;
   }
   const seqs = sumOverRanks(maxNumSeqs, ranks);
   if (seqs !== undefined) state.maxNumSeqs = seqs;

@@ -78,14 +78,16 @@ describe('readVllmState on real vLLM expositions', () => {
     });
   });
 
-  it('combines two data-parallel ranks: counts summed, KV usage the fullest rank, capacity summed and the smallest kept', () => {
+  it('combines two data-parallel ranks: counts summed, KV usage the fullest rank, capacity the total every rank shows', () => {
+    // vLLM's front end sums the ranks' blocks (9527 + 9461) into one cache_config and shows
+    // it under each rank (vllm/v1/engine/utils.py, vllm/v1/metrics/loggers.py).
     expect(read(readFixture('vllm-v1-dp2-engine.prom'))).toEqual({
       running: 12 + 4,
       waiting: 3 + 0,
       kvUsage: 0.9162314,
       kvMetric: 'vllm:kv_cache_usage_perc',
-      kvCapacityTokens: (9527 + 9461) * 16,
-      kvRankCapacityTokens: 9461 * 16,
+      kvCapacityTokens: 18988 * 16,
+      kvRankCapacityTokens: (18988 * 16) / 2,
       ranks: 2,
       models: [MODEL],
     });
@@ -222,7 +224,7 @@ describe('readVllmState: KV capacity', () => {
 
   it('is absent when one of two ranks has no readable cache_config_info (never a partial sum)', () => {
     const text = readFixture('vllm-v1-dp2-engine.prom').replace(
-      /(vllm:cache_config_info\{.*engine="1".*)num_gpu_blocks="9461"/,
+      /(vllm:cache_config_info\{.*engine="1".*)num_gpu_blocks="18988"/,
       '$1num_gpu_blocks="None"',
     );
     expect(text).toContain('num_gpu_blocks="None"');
@@ -232,6 +234,21 @@ describe('readVllmState: KV capacity', () => {
   it('takes an unlabelled cache_config_info for a single engine="0" rank', () => {
     const text = [...rankLines('engine="0"', 0, 0, 0), info('block_size="32",num_gpu_blocks="10"')];
     expect(read(text.join('\n')).kvCapacityTokens).toBe(320);
+  });
+
+  it('counts the total every rank shows once, and gives each rank an equal share of it', () => {
+    const text = [
+      ...rankLines('engine="0"', 0, 0, 0),
+      ...rankLines('engine="1"', 0, 0, 0),
+      ...rankLines('engine="2"', 0, 0, 0),
+      info('block_size="16",engine="0",num_gpu_blocks="100"'),
+      info('block_size="16",engine="1",num_gpu_blocks="100"'),
+      info('block_size="16",engine="2",num_gpu_blocks="100"'),
+    ];
+    expect(read(text.join('\n'))).toMatchObject({
+      kvCapacityTokens: 100 * 16,
+      kvRankCapacityTokens: Math.floor((100 * 16) / 3),
+    });
   });
 
   it('keeps the smallest rank of those the gauges show, not a rank only an info series names', () => {
@@ -397,14 +414,19 @@ describe('readVllmState: properties', () => {
     blocks: fc.integer({ min: 1, max: 200_000 }),
   });
 
-  it('sums counts and capacity, and takes the highest KV usage, for any ranks in any order', () => {
+  it('sums counts, reads capacity as vLLM writes it, and takes the highest KV usage, for any ranks in any order', () => {
     fc.assert(
       fc.property(
         fc.array(rank, { minLength: 1, maxLength: 8 }),
         fc.constantFrom('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'),
         fc.string(),
         fc.func(fc.integer()),
-        (ranks, kvName, model, order) => {
+        // As vLLM writes it: every rank shows the same (summed) block count.
+        fc.boolean(),
+        (drawn, kvName, model, order, shared) => {
+          const ranks = shared ? drawn.map((r) => ({ ...r, blocks: drawn[0]!.blocks })) : drawn;
+          const counts = ranks.map((r) => r.blocks * 16);
+          const same = counts.every((c) => c === counts[0]);
           const lines = ranks.flatMap((r, i) => [
             ...rankLines(
               `engine="${i}",model_name="${escapeLabelValue(model)}"`,
@@ -424,8 +446,10 @@ describe('readVllmState: properties', () => {
             waiting: ranks.reduce((s, r) => s + r.waiting, 0),
             kvUsage: Math.max(...ranks.map((r) => r.kv)),
             kvMetric: kvName,
-            kvCapacityTokens: ranks.reduce((s, r) => s + r.blocks * 16, 0),
-            kvRankCapacityTokens: Math.min(...ranks.map((r) => r.blocks * 16)),
+            kvCapacityTokens: same ? counts[0] : counts.reduce((a, b) => a + b, 0),
+            kvRankCapacityTokens: same
+              ? Math.floor(counts[0]! / counts.length)
+              : Math.min(...counts),
             ranks: ranks.length,
             models: [model],
           });
