@@ -172,14 +172,25 @@ function checkSluiceBundle(objects: J[]) {
   });
 
   it('probes the gateway and dispatcher: /healthz for start-up and liveness, /readyz for readiness', () => {
-    for (const name of ['sluice-gateway', 'sluice-dispatcher']) {
+    // A gateway's readiness is its own state only (draining): Redis and the leaders are
+    // shared, and failing them would empty the Service of every replica at once.
+    for (const [name, readiness] of [
+      ['sluice-gateway', '/readyz?scope=replica'],
+      ['sluice-dispatcher', '/readyz'],
+    ] as const) {
       const { c } = workload(objects, name);
       for (const probe of [c.startupProbe, c.livenessProbe, c.readinessProbe])
         portNumber(c, probe.httpGet.port);
       expect(c.startupProbe.httpGet.path).toBe('/healthz');
       expect(c.livenessProbe.httpGet.path).toBe('/healthz');
-      expect(c.readinessProbe.httpGet.path).toBe('/readyz');
+      expect(c.readinessProbe.httpGet.path).toBe(readiness);
     }
+  });
+
+  it('lets a node drain evict pods that are not ready (Redis away makes them all so)', () => {
+    const budgets = ofKind(objects, 'PodDisruptionBudget');
+    expect(budgets.length).toBeGreaterThanOrEqual(2);
+    for (const b of budgets) expect(b.spec.unhealthyPodEvictionPolicy).toBe('AlwaysAllow');
   });
 
   it('gives a gateway the grace to sit out its preStop and drain its held requests', () => {

@@ -101,6 +101,12 @@ describe('gateway SIGTERM', () => {
       // Out of the load balancer, and new requests are refused with a retryable 503.
       const ready = await fetch(`${gateway.url}/readyz`);
       expect(ready.status).toBe(503);
+      // Kubernetes' probe (only this replica's own state) says so too.
+      const own = await fetch(`${gateway.url}/readyz?scope=replica`);
+      expect({ status: own.status, body: await own.json() }).toEqual({
+        status: 503,
+        body: { draining: true },
+      });
       const refused = await chat(gateway.url, 'late', { max_tokens: 4 });
       expect(refused.status).toBe(503);
       expect(refused.headers.get('x-sluice-reject-reason')).toBe('shutting_down');

@@ -41,8 +41,8 @@ function complete(url: string) {
   });
 }
 
-async function readyz(url: string) {
-  const res = await fetch(`${url}/readyz`);
+async function readyz(url: string, query = '') {
+  const res = await fetch(`${url}/readyz${query}`);
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
 
@@ -70,6 +70,13 @@ describe('gateway start-up', () => {
       body: { redis: false, leaders: {}, models: true },
     });
     await expectRefused(await complete(url), 'redis_unavailable');
+    // What is this replica's own (Kubernetes' readiness probe): it answers clients, with 503
+    // and Retry-After, so it stays in the Service while the shared Redis is away.
+    expect(await readyz(url, '?scope=replica')).toEqual({
+      status: 200,
+      body: { draining: false },
+    });
+    expect((await readyz(url, '?scope=everything')).status).toBe(400);
 
     const redis = await startRedis({ port: redisPort });
     cleanup.push(redis);
