@@ -1,9 +1,11 @@
 // The GPU reading, if a source is configured: exported as metrics, and a new reading wakes
 // the release loops (the load signal of degradation reads it). A source that cannot work
-// here (no NVML library, no nvidia-smi) is one clear log line; the dispatcher runs on.
+// here (no NVML library, no nvidia-smi) is one clear log line; the dispatcher runs on. A
+// source that keeps failing is one warn line per kind of failure and 10 s, not one per poll.
 import type { SluiceConfig } from '@sluice/config';
-import { createGpuSource, type GpuSource } from '@sluice/gpu';
+import { createGpuSource, DCGM_TIMEOUT_MS, POLL_MS, type GpuSource } from '@sluice/gpu';
 import type { DispatcherMetrics } from '@sluice/observability';
+import { limitedWarn } from './warn-limit.js';
 
 export async function startGpu(
   config: SluiceConfig['gpu'],
@@ -17,6 +19,7 @@ export async function startGpu(
 ): Promise<GpuSource | undefined> {
   const source = createGpuSource({
     source: config.source,
+    pollMs: POLL_MS, // gpuMaxAgeMs counts on this period
     ...(config.dcgmUrl ? { dcgmUrl: config.dcgmUrl } : {}),
   });
   if (!source) return undefined;
@@ -29,7 +32,10 @@ export async function startGpu(
     }
     onReading();
   });
-  source.on('error', (err) => log.warn({ err: err.message }, 'GPU reading failed'));
+  const warn = limitedWarn(log);
+  source.on('error', (err) => warn('GPU reading failed', err));
+  // Said once by the source (a GPU it leaves out of every reading, e.g. MIG-enabled).
+  source.on('warning', (w) => log.warn({ err: w.message }, 'GPU left out of the readings'));
   try {
     await source.start();
     log.info({ source: config.source }, 'GPU source started');
@@ -38,6 +44,20 @@ export async function startGpu(
     log.error({ err: (err as Error).message }, 'GPU source unavailable: running without GPU input');
     return undefined;
   }
+}
+
+/**
+ * How old a GPU reading may be and still count: four scrape intervals, but never less than
+ * the source's own cadence allows. The source reads every POLL_MS whatever
+ * ENGINE_SCRAPE_INTERVAL_MS is, and a dcgm scrape may take up to DCGM_TIMEOUT_MS more, so a
+ * fast scrape interval must not drop readings the source could not have made fresher.
+ */
+export function gpuMaxAgeMs(
+  source: SluiceConfig['gpu']['source'],
+  scrapeIntervalMs: number,
+): number {
+  const timeoutMs = source === 'dcgm' ? DCGM_TIMEOUT_MS : 0;
+  return Math.max(4 * scrapeIntervalMs, 2 * POLL_MS + timeoutMs);
 }
 
 /** Highest utilization (0..1) of the latest reading, if one is younger than `maxAgeMs`. */

@@ -20,7 +20,7 @@ import {
 } from '@sluice/redis';
 import Fastify, { LogController } from 'fastify';
 import { CancelBook, earlyCancelMs } from './cancels.js';
-import { gpuUtilization, startGpu } from './gpu.js';
+import { gpuMaxAgeMs, gpuUtilization, startGpu } from './gpu.js';
 import { exportLedPoolsOnly } from './leader-metrics.js';
 import { allowedPools, poolsToContend } from './lease-choice.js';
 import { PoolDispatcher } from './pool-dispatcher.js';
@@ -221,7 +221,8 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
             staleAfterFailures: config.engine.staleAfterFailures,
           },
           maxInflightSource: config.maxInflightSource,
-          gpuUtilization: () => gpuUtilization(gpu, config.engine.scrapeIntervalMs * 4),
+          gpuUtilization: () =>
+            gpuUtilization(gpu, gpuMaxAgeMs(config.gpu.source, config.engine.scrapeIntervalMs)),
           log,
           now,
         }),

@@ -13,7 +13,9 @@ export type GpuErrorCode =
   /** nvidia-smi could not be started, or exited. */
   | 'ERR_GPU_PROCESS'
   /** A reading failed for a reason none of the above covers. */
-  | 'ERR_GPU_READ';
+  | 'ERR_GPU_READ'
+  /** A GPU left out of the readings because it cannot report them ('warning' events only). */
+  | 'ERR_GPU_UNSUPPORTED';
 
 /** Every error a GPU source rejects with or emits. The message is always one line. */
 export class GpuSourceError extends Error {

@@ -1,4 +1,5 @@
 export { createGpuSource, GPU_SOURCE_KINDS } from './create.js';
+export { DCGM_TIMEOUT_MS, POLL_MS } from './defaults.js';
 export { GpuSourceError, NvmlError, type GpuErrorCode } from './errors.js';
 export { dcgmReadings } from './dcgm/readings.js';
 export { nvidiaSmiArgs, parseSmiLine } from './nvidia-smi/csv.js';

@@ -13,8 +13,11 @@ export interface PollingSourceOptions {
   kind: string;
   pollMs: number;
   now: () => number;
-  /** Acquires what reading needs; a rejection here makes `start()` reject. */
-  open(): PollTarget | Promise<PollTarget>;
+  /**
+   * Acquires what reading needs; a rejection here makes `start()` reject. `warn` emits a
+   * 'warning' (while the source runs): for facts the target says once, not per poll.
+   */
+  open(warn: (e: Error) => void): PollTarget | Promise<PollTarget>;
 }
 
 /**
@@ -71,7 +74,9 @@ export function createPollingSource(options: PollingSourceOptions): GpuSource {
         throw new GpuSourceError('ERR_GPU_OPTIONS', `GPU_SOURCE=${kind}: a source starts once`);
       state = 'running';
       try {
-        target = await options.open();
+        target = await options.open((e) => {
+          if (state === 'running') events.warning(e);
+        });
       } catch (error) {
         state = 'stopped';
         throw error;

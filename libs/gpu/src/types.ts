@@ -37,6 +37,12 @@ export interface GpuSource {
   on(event: 'snapshot', cb: (s: GpuSnapshot) => void): void;
   /** A failed reading (one line). The source keeps its last snapshot and keeps trying. */
   on(event: 'error', cb: (e: Error) => void): void;
+  /**
+   * Said once, not per poll (one line, code ERR_GPU_UNSUPPORTED): a GPU that cannot report
+   * what a reading needs (NVML's Not Supported, e.g. a MIG-enabled GPU) is left out of every
+   * reading from now on; when no GPU is left, readings carry no GPU.
+   */
+  on(event: 'warning', cb: (e: Error) => void): void;
 }
 
 export interface MockOptions {

@@ -7,6 +7,7 @@ import type { GpuSnapshot, GpuSource } from '../src/index.ts';
 export interface Recorder {
   readonly snapshots: GpuSnapshot[];
   readonly errors: Error[];
+  readonly warnings: Error[];
   nextSnapshot(timeoutMs?: number): Promise<GpuSnapshot>;
   nextError(timeoutMs?: number): Promise<Error>;
 }
@@ -14,6 +15,7 @@ export interface Recorder {
 export function record(source: GpuSource): Recorder {
   const snapshots: GpuSnapshot[] = [];
   const errors: Error[] = [];
+  const warnings: Error[] = [];
   const waiting = {
     snapshot: [] as ((s: GpuSnapshot) => void)[],
     error: [] as ((e: Error) => void)[],
@@ -26,6 +28,7 @@ export function record(source: GpuSource): Recorder {
     errors.push(e);
     for (const resolve of waiting.error.splice(0)) resolve(e);
   });
+  source.on('warning', (w) => warnings.push(w));
   function next<T>(list: ((v: T) => void)[], what: string, timeoutMs: number) {
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(
@@ -46,6 +49,7 @@ export function record(source: GpuSource): Recorder {
   return {
     snapshots,
     errors,
+    warnings,
     nextSnapshot: (timeoutMs = 5000) => next(waiting.snapshot, 'snapshot', timeoutMs),
     nextError: (timeoutMs = 5000) => next(waiting.error, 'error', timeoutMs),
   };

@@ -12,7 +12,9 @@ import { GiB, record, tempDir } from './helpers.ts';
 // Two devices with known values; memory above 4 GiB so a 32-bit read would show. Knobs,
 // read from the environment on every call: FAKE_NVML_DEVICE_COUNT overrides the count,
 // FAKE_NVML_FAIL_UTIL makes nvmlDeviceGetUtilizationRates return NVML_ERROR_UNKNOWN (999),
-// FAKE_NVML_FAIL_INIT makes nvmlInit_v2 return NVML_ERROR_DRIVER_NOT_LOADED (9).
+// FAKE_NVML_FAIL_INIT makes nvmlInit_v2 return NVML_ERROR_DRIVER_NOT_LOADED (9),
+// FAKE_NVML_UTIL_NOT_SUPPORTED (device indexes, e.g. "1" or "01") makes those devices'
+// nvmlDeviceGetUtilizationRates return NVML_ERROR_NOT_SUPPORTED (3), as a MIG-enabled GPU does.
 const STAND_IN = String.raw`
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,10 @@ static unsigned int count(void) {
   const char *v = getenv("FAKE_NVML_DEVICE_COUNT");
   return v != NULL && v[0] != '\0' ? (unsigned int)atoi(v) : 2;
 }
+static int not_supported(unsigned int index) {
+  const char *v = getenv("FAKE_NVML_UTIL_NOT_SUPPORTED");
+  return v != NULL && strchr(v, '0' + (int)index) != NULL;
+}
 static int valid(nvmlDevice_t d) { return d == &devices[0] || d == &devices[1]; }
 
 /* For the test: how many nvmlInit_v2 calls are not yet matched by nvmlShutdown. */
@@ -61,6 +67,7 @@ const char *nvmlErrorString(nvmlReturn_t r) {
     case 0: return "Success";
     case 1: return "Uninitialized";
     case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
     case 7: return "Insufficient Size";
     case 9: return "Driver Not Loaded";
     default: return "Unknown Error";
@@ -82,6 +89,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
   if (!initialized) return 1;
   if (!valid(device) || utilization == NULL) return 2;
   if (flag("FAKE_NVML_FAIL_UTIL")) return 999;
+  if (not_supported(device->index)) return 3;
   utilization->gpu = util[device->index];
   utilization->memory = util[device->index] / 2;
   return 0;
@@ -103,7 +111,12 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 }
 `;
 
-const KNOBS = ['FAKE_NVML_DEVICE_COUNT', 'FAKE_NVML_FAIL_UTIL', 'FAKE_NVML_FAIL_INIT'];
+const KNOBS = [
+  'FAKE_NVML_DEVICE_COUNT',
+  'FAKE_NVML_FAIL_UTIL',
+  'FAKE_NVML_FAIL_INIT',
+  'FAKE_NVML_UTIL_NOT_SUPPORTED',
+];
 
 describe('GPU_SOURCE=nvml (stand-in libnvidia-ml.so.1 built from C)', () => {
   const dir = tempDir('nvml');
@@ -206,6 +219,53 @@ describe('GPU_SOURCE=nvml (stand-in libnvidia-ml.so.1 built from C)', () => {
     const recovered = await events.nextSnapshot();
     expect(recovered.at).toBe(clock);
     expect(recovered.gpus.map((g) => g.utilization)).toEqual([0.37, 0.91]);
+  });
+
+  it('leaves out a GPU whose utilization is Not Supported (MIG), says so once, and reads the others', async () => {
+    process.env.FAKE_NVML_UTIL_NOT_SUPPORTED = '1';
+    const gpu = nvml();
+    const events = record(gpu);
+    await gpu.start();
+    expect(gpu.latest()!.gpus.map((g) => [g.index, g.utilization])).toEqual([[0, 0.37]]);
+    expect(events.warnings).toHaveLength(1);
+    expect(events.warnings[0]).toMatchObject({
+      code: 'ERR_GPU_UNSUPPORTED',
+      message:
+        'GPU_SOURCE=nvml: GPU 1 (GPU-9b4e7d21-3c6a-4f58-b1d2-0e1f2a3b0091) is left out of every reading: nvmlDeviceGetUtilizationRates answers Not Supported (nvmlReturn_t 3), as on a MIG-enabled GPU',
+    });
+
+    for (let i = 0; i < 3; i++) {
+      clock += 20;
+      const next = await events.nextSnapshot();
+      expect(next.gpus.map((g) => g.index)).toEqual([0]);
+    }
+    expect(events.warnings).toHaveLength(1);
+    expect(events.errors).toEqual([]);
+
+    // Any other failure still fails the reading.
+    process.env.FAKE_NVML_FAIL_UTIL = '1';
+    expect(await events.nextError()).toMatchObject({ nvmlReturn: 999 });
+    expect(events.warnings).toHaveLength(1);
+  });
+
+  it('reads no GPU when every GPU answers Not Supported, and says so once', async () => {
+    process.env.FAKE_NVML_UTIL_NOT_SUPPORTED = '01';
+    const gpu = nvml();
+    const events = record(gpu);
+    await gpu.start();
+    expect(gpu.latest()).toEqual({ at: clock, gpus: [] });
+    expect(events.warnings.map((w) => w.message)).toEqual([
+      expect.stringContaining('GPU 0 (GPU-2f1c5a3e-8d7b-4c1a-9e0f-5a6b7c8d0037) is left out'),
+      expect.stringContaining('GPU 1 (GPU-9b4e7d21-3c6a-4f58-b1d2-0e1f2a3b0091) is left out'),
+      'GPU_SOURCE=nvml: no GPU is left to read (each one answers Not Supported); readings carry no GPU, the dispatcher runs without GPU input',
+    ]);
+
+    for (let i = 0; i < 3; i++) {
+      clock += 20;
+      expect((await events.nextSnapshot()).gpus).toEqual([]);
+    }
+    expect(events.warnings).toHaveLength(3);
+    expect(events.errors).toEqual([]);
   });
 
   it('shuts NVML down on stop and emits nothing afterwards', async () => {

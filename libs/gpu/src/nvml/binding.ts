@@ -33,6 +33,9 @@ type KoffiFunction = ReturnType<LibraryHandle['func']>;
 
 const NVML_SUCCESS = 0;
 
+/** The device cannot do what was asked, e.g. utilization on a MIG-enabled GPU. */
+export const NVML_ERROR_NOT_SUPPORTED = 3;
+
 /**
  * Loads `libraryPath` and binds the NVML functions. Throws a one-line ERR_GPU_LIBRARY
  * error when koffi, the library or one of its symbols is missing.

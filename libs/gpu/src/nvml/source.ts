@@ -1,8 +1,20 @@
 import { NVML_LIBRARY } from '../defaults.js';
+import { GpuSourceError, NvmlError } from '../errors.js';
 import { createPollingSource, type PollTarget } from '../polling-source.js';
 import { gpuReading } from '../reading.js';
 import type { GpuReading, GpuSource } from '../types.js';
-import { loadNvml, type NvmlBinding, type NvmlDevice } from './binding.js';
+import {
+  loadNvml,
+  NVML_ERROR_NOT_SUPPORTED,
+  type NvmlBinding,
+  type NvmlDevice,
+} from './binding.js';
+
+interface Device {
+  index: number;
+  handle: NvmlDevice;
+  uuid: string;
+}
 
 export interface NvmlSourceOptions {
   pollMs: number;
@@ -18,7 +30,9 @@ export interface NvmlSourceOptions {
  * microseconds each: the driver answers from counters it keeps, and holding NVML initialised
  * keeps the driver loaded even without persistence mode. An async call would cost more in
  * thread hand-off than the call itself. A failed call fails the whole reading (a snapshot
- * with a GPU missing would read as a smaller machine).
+ * with a GPU missing would read as a smaller machine), except NVML_ERROR_NOT_SUPPORTED: a
+ * GPU that cannot report a field (utilization on a MIG-enabled GPU) never will in this
+ * session, so it is left out of every reading from then on, said once in a 'warning'.
  */
 export function createNvmlSource(options: NvmlSourceOptions): GpuSource {
   const libraryPath = options.libraryPath ?? NVML_LIBRARY;
@@ -26,11 +40,11 @@ export function createNvmlSource(options: NvmlSourceOptions): GpuSource {
     kind: 'nvml',
     pollMs: options.pollMs,
     now: options.now,
-    open: () => openNvml(libraryPath),
+    open: (warn) => openNvml(libraryPath, warn),
   });
 }
 
-async function openNvml(libraryPath: string): Promise<PollTarget> {
+async function openNvml(libraryPath: string, warn: (e: Error) => void): Promise<PollTarget> {
   const nvml = await loadNvml(libraryPath);
   try {
     await nvml.init();
@@ -38,7 +52,7 @@ async function openNvml(libraryPath: string): Promise<PollTarget> {
     nvml.unload();
     throw error;
   }
-  let devices: { index: number; handle: NvmlDevice; uuid: string }[];
+  let devices: Device[];
   try {
     devices = listDevices(nvml);
   } catch (error) {
@@ -46,7 +60,7 @@ async function openNvml(libraryPath: string): Promise<PollTarget> {
     throw error;
   }
   return {
-    read: () => devices.map((device) => readDevice(nvml, device)),
+    read: reader(nvml, devices, warn),
     close: () => close(nvml),
   };
 }
@@ -61,10 +75,47 @@ function listDevices(nvml: NvmlBinding) {
   return devices;
 }
 
-function readDevice(
-  nvml: NvmlBinding,
-  device: { index: number; handle: NvmlDevice; uuid: string },
-): GpuReading {
+/**
+ * Reads every device still readable. A device that answers Not Supported is dropped for
+ * good, with one 'warning'; when none is left, one more says so and readings carry no GPU
+ * (as on a machine without one). Any other failure fails the reading.
+ */
+function reader(nvml: NvmlBinding, devices: Device[], warn: (e: Error) => void) {
+  let readable = devices;
+  return (): GpuReading[] => {
+    const readings: GpuReading[] = [];
+    const before = readable.length;
+    for (const device of readable) {
+      try {
+        readings.push(readDevice(nvml, device));
+      } catch (error) {
+        if (!(error instanceof NvmlError && error.nvmlReturn === NVML_ERROR_NOT_SUPPORTED))
+          throw error;
+        readable = readable.filter((d) => d !== device);
+        warn(
+          new GpuSourceError(
+            'ERR_GPU_UNSUPPORTED',
+            `GPU_SOURCE=nvml: GPU ${device.index} (${device.uuid}) is left out of every reading: ` +
+              `${error.function} answers Not Supported (nvmlReturn_t ${error.nvmlReturn}), ` +
+              'as on a MIG-enabled GPU',
+            { cause: error },
+          ),
+        );
+      }
+    }
+    if (before > 0 && readable.length === 0)
+      warn(
+        new GpuSourceError(
+          'ERR_GPU_UNSUPPORTED',
+          'GPU_SOURCE=nvml: no GPU is left to read (each one answers Not Supported); ' +
+            'readings carry no GPU, the dispatcher runs without GPU input',
+        ),
+      );
+    return readings;
+  };
+}
+
+function readDevice(nvml: NvmlBinding, device: Device): GpuReading {
   const utilizationPercent = nvml.utilizationPercent(device.handle);
   const memory = nvml.memory(device.handle);
   return gpuReading('nvml', {
