@@ -51,8 +51,13 @@ const CAP = 2;
 const QUEUED = 3;
 
 const rulesFile = join(repoRoot, 'deploy', 'prometheus', 'sluice-rules.yaml');
+// The dashboard's queries as Grafana sends them with the namespace variable at All (its
+// allValue `.*`, which matches compose's stack, where no series has a namespace label).
 const dashboard = JSON.parse(
-  readFileSync(join(repoRoot, 'deploy', 'grafana', 'sluice-dashboard.json'), 'utf8'),
+  readFileSync(join(repoRoot, 'deploy', 'grafana', 'sluice-dashboard.json'), 'utf8').replaceAll(
+    '$namespace',
+    '.*',
+  ),
 ) as { panels: { title: string; targets?: { expr: string }[] }[] };
 
 let stack: Stack;

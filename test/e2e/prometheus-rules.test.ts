@@ -1,6 +1,7 @@
 // The shipped alert rules load in Prometheus' own checker and pass their unit tests
-// (deploy/prometheus/sluice-rules.test.yaml: two pools losing one leader, the standby case,
-// every alert), with Debian's `promtool` (scripts/setup.sh installs it).
+// (deploy/prometheus/sluice-rules.test.yaml: two pools losing one leader, two installs in two
+// namespaces with the same pool name, the standby case, every alert), with Debian's `promtool`
+// (scripts/setup.sh installs it).
 import { execFile } from 'node:child_process';
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
