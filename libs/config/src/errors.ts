@@ -1,7 +1,7 @@
 /**
  * Thrown for any configuration value that is not allowed. The message is one line that
  * names the variable (or the YAML path), shows the value and says what is allowed, e.g.
- * `ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number from 0 to 1`.
+ * `ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number > 0 and <= 1`.
  */
 export class ConfigError extends Error {
   readonly code = 'ERR_SLUICE_CONFIG';

@@ -165,7 +165,8 @@ export const VARIABLES = {
     defaultText: `VLLM_MAX_NUM_SEQS, else ${VLLM_DEFAULT_MAX_NUM_SEQS}`,
     help: `hard cap on requests in flight per engine (${VLLM_DEFAULT_MAX_NUM_SEQS} is vLLM's default --max-num-seqs)`,
   }),
-  ADMISSION_KV_THRESHOLD: v(decimal({ min: 0, max: 1 }), {
+  // Above 0: at 0 the gate is closed whenever the gauges are fresh, and nothing is released.
+  ADMISSION_KV_THRESHOLD: v(decimal({ min: 0, exclusiveMin: true, max: 1 }), {
     fallback: 0.9,
     help: "the gate closes at or above this KV-cache usage (engine's own gauge)",
   }),

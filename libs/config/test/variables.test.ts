@@ -35,7 +35,7 @@ describe('the variable table', () => {
   it('describes defaults, allowed values and meaning on each row', () => {
     const table = describeVariables();
     expect(table).toContain(
-      '| `ADMISSION_KV_THRESHOLD` | `0.9` | a number from 0 to 1 | the gate closes at or above this KV-cache usage',
+      '| `ADMISSION_KV_THRESHOLD` | `0.9` | a number > 0 and <= 1 | the gate closes at or above this KV-cache usage',
     );
     expect(table).toContain('| `ADMISSION_MAX_INFLIGHT` | VLLM_MAX_NUM_SEQS, else 256 |');
     expect(table).toContain('| `VLLM_API_KEY` | unset |');
@@ -47,7 +47,7 @@ describe('the variable table', () => {
 describe('invalid values', () => {
   it('gives the exact one-line message of the brief', () => {
     expect(envError({ ADMISSION_KV_THRESHOLD: '1.5' }).message).toBe(
-      'ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number from 0 to 1',
+      'ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number > 0 and <= 1',
     );
     expect(envError({ PORT: '80.5' }).message).toBe(
       'PORT="80.5" is invalid: expected an integer from 0 to 65535',
