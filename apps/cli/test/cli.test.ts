@@ -63,7 +63,7 @@ describe('sluice command', () => {
       );
       expect(code).toBe(2);
       expect(stderr.trim().split('\n')).toEqual([
-        `sluice ${command}: ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number from 0 to 1`,
+        `sluice ${command}: ADMISSION_KV_THRESHOLD="1.5" is invalid: expected a number > 0 and <= 1`,
       ]);
     },
   );
