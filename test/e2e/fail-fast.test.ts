@@ -3,7 +3,7 @@
 // its last lines, and exits non-zero without SLUICE_UP_VERBOSE.
 import { createServer, type Server } from 'node:net';
 import { readdirSync, readFileSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   freePort,
   sluiceBin,
@@ -11,12 +11,10 @@ import {
   startProcess,
   startRedis,
   type StartedProcess,
+  stoppedAfterEach,
 } from '../support/index.ts';
 
-const cleanup: { stop(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of cleanup.splice(0).reverse()) await p.stop();
-});
+const cleanup = stoppedAfterEach();
 
 /** A port something else already listens on. */
 async function takenPort(): Promise<number> {

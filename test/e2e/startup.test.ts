@@ -2,7 +2,7 @@
 // its engine's model name appear, in any order, without a restart. Until then it answers:
 // /healthz 200, /readyz 503 saying what is missing, completions 503 with Retry-After. A wrong
 // Redis password is the one fatal start-up error: one line on stderr, exit code 1.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   eventually,
   freePort,
@@ -12,12 +12,10 @@ import {
   startProcess,
   startRedis,
   type StartedProcess,
+  stoppedAfterEach,
 } from '../support/index.ts';
 
-const cleanup: { stop(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of cleanup.splice(0).reverse()) await p.stop();
-});
+const cleanup = stoppedAfterEach();
 
 /** A gateway that has printed `gateway listening` (not `gateway ready`). */
 async function listeningGateway(env: Record<string, string>) {

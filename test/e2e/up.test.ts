@@ -7,7 +7,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   chat,
   freePort,
@@ -17,12 +17,10 @@ import {
   startProcess,
   startRedis,
   type StartedProcess,
+  stoppedAfterEach,
 } from '../support/index.ts';
 
-const cleanup: { stop(): Promise<void> }[] = [];
-afterEach(async () => {
-  for (const p of cleanup.splice(0).reverse()) await p.stop();
-});
+const cleanup = stoppedAfterEach();
 
 /** `sluice up` with the children's logs echoed and its own start lines, on free ports. */
 async function up(env: Record<string, string>, ready: RegExp): Promise<StartedProcess> {

@@ -35,3 +35,4 @@ export {
 export { askNode, type RedisNode } from './redis-node.ts';
 export { jsonLines } from './json-lines.ts';
 export { tenantPoolYaml, type TenantPoolYaml } from './tenant-config.ts';
+export { stoppedAfterEach, type Stoppable } from './cleanup.ts';

@@ -10,7 +10,7 @@
 // three (read, move, take). The move is BullMQ's own changePriority script, unchanged, as a
 // function inside ours (as the gateway's admission wraps BullMQ's add).
 import type { KeySpace } from '@sluice/protocol';
-import { bullScript, hasCommand, type Redis } from '@sluice/redis';
+import { bullScript, scriptCommand, type Redis, type ScriptCommand } from '@sluice/redis';
 import type { Queue } from 'bullmq';
 
 /** Members read per tenant before giving up on finding a waiting one (held and running ones are skipped). */
@@ -118,7 +118,7 @@ export class TenantQueues {
   private readonly tenantKeys: string[];
   private readonly known: ReadonlySet<string>;
   /** The command's name on BullMQ's connection and BullMQ's keys, once defined. */
-  private command: { name: string; bullKeys: string[]; prefix: string | number } | undefined;
+  private command: { send: ScriptCommand; bullKeys: string[]; prefix: string | number } | undefined;
 
   constructor(
     private readonly pool: string,
@@ -150,12 +150,12 @@ export class TenantQueues {
       backend as unknown as { changePriorityArgs: ChangePriorityArgs }
     ).changePriorityArgs('', 0, true);
     const name = `sluiceTenantHeads_${bull.name}`;
-    if (!hasCommand(this.bull, name))
+    if (!scriptCommand(this.bull, name))
       this.bull.defineCommand(name, {
         lua: `local function bullmqChangePriority()\n${bull.lua}\nend\n${readingLua}`,
       });
     this.command = {
-      name,
+      send: scriptCommand(this.bull, name)!,
       bullKeys: args.slice(0, BULL_KEYS).map(String),
       prefix: args[BULL_KEYS + 1]!,
     };
@@ -175,10 +175,7 @@ export class TenantQueues {
   moveAndRead(moveJobId: string | undefined): Promise<MoveAndReading> {
     const command = this.command;
     if (!command) return Promise.reject(new Error('TenantQueues.moveAndRead before ready()'));
-    const send = (this.bull as unknown as Record<string, unknown>)[command.name] as (
-      ...args: unknown[]
-    ) => Promise<unknown>;
-    return send
+    return command.send
       .call(
         this.bull,
         BULL_KEYS + this.tenantKeys.length,

@@ -12,7 +12,13 @@
 // and a placeholder key to make the add a no-op after a refusal. BullMQ's add runs without
 // its events stream and, every job having an id of its own, without the id counter
 // (`withoutEventsStream`, libs/redis: four commands fewer per request).
-import { bullScript, hasCommand, withoutEventsStream, type Redis } from '@sluice/redis';
+import {
+  bullScript,
+  scriptCommand,
+  withoutEventsStream,
+  type Redis,
+  type ScriptCommand,
+} from '@sluice/redis';
 import type { Job } from 'bullmq';
 
 /** What the admission script answers: the queue's depth before the add, or a refusal code. */
@@ -98,14 +104,21 @@ async function recordAdd(job: Job): Promise<RecordedAdd> {
 }
 
 /** Defines (once per connection) the admission command around BullMQ's script `bullName`. */
-function admissionCommand(conn: Redis, bullName: string, argCount: number): [string, number] {
+function admissionCommand(
+  conn: Redis,
+  bullName: string,
+  argCount: number,
+): [ScriptCommand, number] {
   const bull = bullScript(conn, bullName);
   const name = `sluiceAdmit_${bull.name}`;
-  if (!hasCommand(conn, name))
+  let command = scriptCommand(conn, name);
+  if (!command) {
     conn.defineCommand(name, {
       lua: composeAdmission(bull.lua, bull.numberOfKeys, argCount - bull.numberOfKeys),
     });
-  return [name, bull.numberOfKeys];
+    command = scriptCommand(conn, name)!;
+  }
+  return [command, bull.numberOfKeys];
 }
 
 /**
@@ -117,10 +130,7 @@ export async function admitAndAdd(conn: Redis, job: Job, input: AdmissionInput):
   // The add skips the queue's id counter: a job without an id of its own would get id 0.
   if (!job.id) throw new Error('admitAndAdd needs a job with an id of its own');
   const bull = await recordAdd(job);
-  const [name, bullKeys] = admissionCommand(conn, bull.name, bull.args.length);
-  const command = (conn as unknown as Record<string, unknown>)[name] as (
-    ...args: unknown[]
-  ) => Promise<unknown>;
+  const [command, bullKeys] = admissionCommand(conn, bull.name, bull.args.length);
   const reply = await command.call(
     conn,
     bullKeys + input.keys.length,

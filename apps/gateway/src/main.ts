@@ -292,23 +292,12 @@ async function closeRedis(conn: Redis): Promise<void> {
 }
 
 export async function runGateway(): Promise<void> {
-  let config: SluiceConfig;
-  try {
-    config = loadConfig(process.env);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`sluice gateway: ${err.message}\n`);
-      process.exitCode = 2;
-      return;
-    }
-    throw err;
-  }
   let gateway: Gateway;
   try {
-    gateway = await startGateway(config);
+    gateway = await startGateway(loadConfig(process.env));
   } catch (err) {
-    // REDIS_TLS_CA_FILE unreadable: refused like the rest of the configuration.
-    if (err instanceof RedisTlsError) {
+    // A configuration refused, REDIS_TLS_CA_FILE unreadable included: one line, exit 2.
+    if (err instanceof ConfigError || err instanceof RedisTlsError) {
       process.stderr.write(`sluice gateway: ${err.message}\n`);
       process.exitCode = 2;
       return;

@@ -350,30 +350,16 @@ function skipOther(b: Uint8Array, i: number, n: number): number {
  * content is neither. Duplicate keys resolve as JSON.parse does: the last one counts.
  */
 function systemText(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
-  if (b[i] !== 0x7b /* { */) return undefined;
-  i = skipWhitespace(b, i + 1, n);
   let system = false;
   let content: ByteSpan | undefined;
-  while (i < n && b[i] === 0x22 /* " */) {
-    const keyStart = i + 1;
-    i = scanString(b, keyStart, n);
-    const id = memberKey(b, keyStart, i - 1, lastStringEscaped());
-    i = skipWhitespace(b, i, n); // to ':'
-    const value = skipWhitespace(b, i + 1, n);
-    if (b[value] === 0x22 /* " */) {
-      i = scanString(b, value + 1, n);
-      if (id === ROLE) system = isSystem(b, value + 1, i - 1, lastStringEscaped());
-      else if (id === CONTENT) content = { start: value + 1, end: i - 1 };
-    } else {
-      i = skipOther(b, value, n);
-      if (id === ROLE) system = false;
-      else if (id === CONTENT) content = firstTextPart(b, value, i);
-    }
-    i = skipWhitespace(b, i, n);
-    if (b[i] !== 0x2c /* , */) break; // '}': the element ends
-    i = skipWhitespace(b, i + 1, n);
-  }
-  return system ? content : undefined;
+  const isObject = eachMember(b, i, n, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
+    const id = memberKey(b, key, keyEnd, keyEscaped);
+    const isString = b[value] === 0x22; /* " */
+    if (id === ROLE) system = isString && isSystem(b, value + 1, end - 1, valueEscaped);
+    else if (id === CONTENT)
+      content = isString ? { start: value + 1, end: end - 1 } : firstTextPart(b, value, end);
+  });
+  return isObject && system ? content : undefined;
 }
 
 /**
@@ -382,32 +368,56 @@ function systemText(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
  */
 function firstTextPart(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
   if (b[i] !== 0x5b /* [ */) return undefined;
-  i = skipWhitespace(b, i + 1, n);
-  if (b[i] !== 0x7b /* { */) return undefined;
-  i = skipWhitespace(b, i + 1, n);
   let text: ByteSpan | undefined;
   let typeIsText = true;
+  const first = skipWhitespace(b, i + 1, n);
+  const isObject = eachMember(b, first, n, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
+    const name = partKey(b, key, keyEnd, keyEscaped);
+    const isString = b[value] === 0x22; /* " */
+    if (name === 'text') text = isString ? { start: value + 1, end: end - 1 } : undefined;
+    else if (name === 'type')
+      typeIsText = isString && partKey(b, value + 1, end - 1, valueEscaped) === 'text';
+  });
+  return isObject && typeIsText ? text : undefined;
+}
+
+/**
+ * Calls `member` for each member of the object at `i` (its '{'; `n` bounds the scan), in
+ * order: the key's raw bytes are [key, keyEnd), the value is [value, end) (a string there
+ * with its quotes), and the escape flags say whether the key's or a string value's bytes hold
+ * an escape. Nested values are skipped by depth counting, without recursion. False when there
+ * is no object at `i`.
+ */
+function eachMember(
+  b: Uint8Array,
+  i: number,
+  n: number,
+  member: (
+    key: number,
+    keyEnd: number,
+    keyEscaped: boolean,
+    value: number,
+    end: number,
+    valueEscaped: boolean,
+  ) => void,
+): boolean {
+  if (b[i] !== 0x7b /* { */) return false;
+  i = skipWhitespace(b, i + 1, n);
   while (i < n && b[i] === 0x22 /* " */) {
-    const keyStart = i + 1;
-    i = scanString(b, keyStart, n);
-    const key = partKey(b, keyStart, i - 1, lastStringEscaped());
+    const key = i + 1;
+    i = scanString(b, key, n);
+    const keyEscaped = lastStringEscaped();
+    const keyEnd = i - 1;
     i = skipWhitespace(b, i, n); // to ':'
     const value = skipWhitespace(b, i + 1, n);
-    if (b[value] === 0x22 /* " */) {
-      i = scanString(b, value + 1, n);
-      if (key === 'text') text = { start: value + 1, end: i - 1 };
-      else if (key === 'type')
-        typeIsText = partKey(b, value + 1, i - 1, lastStringEscaped()) === 'text';
-    } else {
-      i = skipOther(b, value, n);
-      if (key === 'text') text = undefined;
-      else if (key === 'type') typeIsText = false;
-    }
+    const isString = b[value] === 0x22; /* " */
+    i = isString ? scanString(b, value + 1, n) : skipOther(b, value, n);
+    member(key, keyEnd, keyEscaped, value, i, isString && lastStringEscaped());
     i = skipWhitespace(b, i, n);
-    if (b[i] !== 0x2c /* , */) break;
+    if (b[i] !== 0x2c /* , */) break; // '}': the object ends
     i = skipWhitespace(b, i + 1, n);
   }
-  return typeIsText ? text : undefined;
+  return true;
 }
 
 /** `text` or `type` when the string [s, e) is that word (after unescaping), else ''. */

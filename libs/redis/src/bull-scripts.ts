@@ -7,7 +7,7 @@
 // Why without the stream: Sluice never reads it (replies travel on pub/sub, nothing creates a
 // QueueEvents), yet BullMQ writes it on every add, take and completion and cannot be told not
 // to (with `maxLen: 0` every XADD still runs: bullmq#366, #1625). Those are eight of the 38
-// commands BullMQ runs per job (docs/performance.md, "The events stream").
+// commands BullMQ runs per job (docs/performance.md, "Without the events stream").
 import type { Redis } from './connect.js';
 
 /** One of BullMQ's scripts as defined on a connection. */
@@ -38,9 +38,13 @@ export function bullScript(conn: Redis, name: string): BullScript {
   return { name: found, lua: script.lua, numberOfKeys: script.numberOfKeys };
 }
 
-/** Whether `conn` has a command of that name (defined by BullMQ or by Sluice). */
-export function hasCommand(conn: Redis, name: string): boolean {
-  return typeof (conn as unknown as Record<string, unknown>)[name] === 'function';
+/** A script command on a connection: called with the connection as `this`. */
+export type ScriptCommand = (this: Redis, ...args: unknown[]) => Promise<unknown>;
+
+/** The command of that name on `conn` (defined by BullMQ or by Sluice), if there is one. */
+export function scriptCommand(conn: Redis, name: string): ScriptCommand | undefined {
+  const command = (conn as unknown as Record<string, unknown>)[name];
+  return typeof command === 'function' ? (command as ScriptCommand) : undefined;
 }
 
 const QUIET_MARK = '-- sluice: without the events stream';
@@ -87,7 +91,7 @@ ${bullLua}`;
 }
 
 /** The scripts BullMQ's worker runs for every job: the take and the completion (with the next take). */
-export const WORKER_JOB_SCRIPTS = ['moveToActive', 'moveToFinished'] as const;
+const WORKER_JOB_SCRIPTS = ['moveToActive', 'moveToFinished'] as const;
 
 /**
  * Redefines BullMQ's take and completion on `conn` without the events stream, under BullMQ's

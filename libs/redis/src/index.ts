@@ -1,11 +1,11 @@
 export {
   bullScript,
-  hasCommand,
   quietWorkerScripts,
+  scriptCommand,
   withoutEventsStream,
-  WORKER_JOB_SCRIPTS,
   type BullScript,
   type QuietOptions,
+  type ScriptCommand,
 } from './bull-scripts.js';
 export {
   COMMAND_TIMEOUT_MS,

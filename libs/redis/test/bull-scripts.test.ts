@@ -9,6 +9,7 @@ import {
   createRedis,
   quietWorkerScripts,
   redisReady,
+  scriptCommand,
   withoutEventsStream,
   type Redis,
 } from '../src/index.ts';
@@ -96,10 +97,7 @@ describe("BullMQ's scripts without the events stream", () => {
       quietWorkerScripts(other);
       for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9']) {
         expect(bullScript(other, name).lua).toBe(withoutEventsStream(standIn));
-        const command = (other as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[
-          name
-        ]!;
-        await command.call(other, ...keys, 'job-2');
+        await scriptCommand(other, name)!.call(other, ...keys, 'job-2');
       }
       expect(await redis.exists('q:events')).toBe(0);
       expect(await redis.get('q:pc')).toBe('2');
