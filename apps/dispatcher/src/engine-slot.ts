@@ -2,7 +2,7 @@
 // counters the gate and the prefill rules read. The in-flight counts are changed only by the
 // ledger (ledger.ts); this module turns the engine's scrapes into gauges and metrics.
 import { bypassTraffic, type GatePolicy, type PrefillView } from '@sluice/admission';
-import type { EngineConfig, MaxInflightSource } from '@sluice/config';
+import type { EngineConfig } from '@sluice/config';
 import {
   createEngineObserver,
   type EngineObserver,
@@ -23,6 +23,10 @@ export interface EngineSlot extends PrefillView, PrefillCounters {
   /** The observed state behind `gauges` and `health`. */
   observed?: ObservedEngine;
   degraded: boolean;
+  /** No cap was set for it: the cap follows the engine's own max_num_seqs once a scrape shows it. */
+  capFollowsEngine: boolean;
+  /** The engine's max_num_seqs last logged beside a cap someone set (logged once per value). */
+  reportedMaxNumSeqs?: number;
   /** The engine's prefill histogram sums at the previous scrape. */
   prefillTotals?: { promptTokens: number; seconds: number } | undefined;
 }
@@ -41,6 +45,7 @@ export function createEngineSlot(
     lane: config.lane,
     inflight: 0,
     cap: config.maxInflight,
+    capFollowsEngine: config.capSource === 'default',
     health: 'unknown' as const,
     degraded: false,
     client: new EngineClient(config, opts.timeouts),
@@ -73,7 +78,6 @@ export interface ObservationDeps {
   pool: string;
   metrics: DispatcherMetrics;
   policy: GatePolicy;
-  maxInflightSource: MaxInflightSource;
   prefillRate: PrefillRate;
   log: { warn(o: object, m: string): void; error(o: object, m: string): void };
   /** The engine's cap changed (it follows the engine's own --max-num-seqs). */
@@ -156,7 +160,12 @@ function samplePrefillRate(
   setPrefillRate(deps.metrics, deps.pool, deps.prefillRate);
 }
 
-/** The cap follows the engine's own --max-num-seqs where the engine exports it. */
+/**
+ * An engine that exports its --max-num-seqs: a cap nobody set follows it. A cap someone set
+ * is kept: below the engine's value it leaves room on purpose (other traffic, a reserve);
+ * above it, requests past the engine's batch wait in vLLM's own queue, where Sluice cannot
+ * order them, which is said once per value the engine shows.
+ */
 function checkMaxNumSeqs(
   deps: ObservationDeps,
   engine: EngineSlot,
@@ -164,7 +173,7 @@ function checkMaxNumSeqs(
 ): void {
   if (maxNumSeqs === undefined || maxNumSeqs === engine.cap) return;
   const labels = { pool: deps.pool, engine: engine.name };
-  if (deps.maxInflightSource === 'default') {
+  if (engine.capFollowsEngine) {
     deps.log.warn(
       { ...labels, from: engine.cap, to: maxNumSeqs },
       "cap set from the engine's max_num_seqs",
@@ -172,10 +181,11 @@ function checkMaxNumSeqs(
     engine.cap = maxNumSeqs;
     deps.metrics.inflightLimit.set(labels, engine.cap);
     deps.capChanged();
-  } else {
+  } else if (maxNumSeqs < engine.cap && engine.reportedMaxNumSeqs !== maxNumSeqs) {
+    engine.reportedMaxNumSeqs = maxNumSeqs;
     deps.log.error(
       { ...labels, cap: engine.cap, maxNumSeqs },
-      "ADMISSION_MAX_INFLIGHT differs from the engine's max_num_seqs: the cap is not the engine's",
+      "the cap set for this engine is above its max_num_seqs: requests past its batch wait in the engine's own queue, out of Sluice's order",
     );
   }
 }

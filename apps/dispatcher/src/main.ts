@@ -1,7 +1,12 @@
 // `sluice dispatcher`: one process that leads or stands by for every pool it may lead
 // (SLUICE_POOLS, default all), at most SLUICE_MAX_LEASED_POOLS of them at once.
 import { randomUUID } from 'node:crypto';
-import { ConfigError, loadConfig, type SluiceConfig } from '@sluice/config';
+import {
+  ConfigError,
+  loadConfig,
+  VLLM_DEFAULT_MAX_NUM_SEQS,
+  type SluiceConfig,
+} from '@sluice/config';
 import {
   collectDefaultMetrics,
   dispatcherMetrics,
@@ -51,10 +56,11 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
     logController: new LogController({ disableRequestLogging: true }),
   });
   const log = app.log;
-  if (config.maxInflightSource === 'default')
+  const uncapped = config.pools.flatMap((p) => p.engines).filter((e) => e.capSource === 'default');
+  if (uncapped.length > 0)
     log.warn(
-      { maxInflight: config.pools[0]?.engines[0]?.maxInflight },
-      'ADMISSION_MAX_INFLIGHT and VLLM_MAX_NUM_SEQS unset: using vLLM default --max-num-seqs; set them to the engine value',
+      { engines: uncapped.map((e) => e.name), maxInflight: VLLM_DEFAULT_MAX_NUM_SEQS },
+      `no cap set for these engines: using ${VLLM_DEFAULT_MAX_NUM_SEQS}, replaced only where their metrics show max_num_seqs (upstream vLLM shows none). vLLM's default --max-num-seqs is ${VLLM_DEFAULT_MAX_NUM_SEQS}, or 1024 on GPUs of 70 GiB or more other than A100: set ADMISSION_MAX_INFLIGHT (or maxInflight in the pools file) to the engine's value`,
     );
 
   const keys = keySpace(config.redis.prefix);
@@ -220,7 +226,6 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
             intervalMs: config.engine.scrapeIntervalMs,
             staleAfterFailures: config.engine.staleAfterFailures,
           },
-          maxInflightSource: config.maxInflightSource,
           gpuUtilization: () =>
             gpuUtilization(gpu, gpuMaxAgeMs(config.gpu.source, config.engine.scrapeIntervalMs)),
           log,

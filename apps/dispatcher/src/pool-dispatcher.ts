@@ -6,7 +6,7 @@
 // global concurrency is set to the pool's total cap as a Redis-enforced backstop against two
 // processes that both believe they lead.
 import type { GatePolicy } from '@sluice/admission';
-import type { MaxInflightSource, PoolConfig, TenantConfig } from '@sluice/config';
+import type { PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
 import { quietWorkerScripts, type Redis } from '@sluice/redis';
@@ -48,7 +48,6 @@ export interface PoolDispatcherDeps {
   /** Gauge conditions of the gate (KV threshold, fail mode, freshness). */
   policy: GatePolicy;
   scrape: { intervalMs: number; staleAfterFailures: number };
-  maxInflightSource: MaxInflightSource;
   /** The configured tenants; absent: no fair share (one anonymous tenant). */
   tenants?: readonly TenantConfig[];
   /** Highest GPU utilization of the latest fresh reading, if a GPU source runs. */
@@ -132,7 +131,6 @@ export class PoolDispatcher {
       pool: name,
       metrics,
       policy: deps.policy,
-      maxInflightSource: deps.maxInflightSource,
       prefillRate: this.prefillRate,
       log,
       capChanged: () => {

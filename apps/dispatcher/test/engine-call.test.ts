@@ -41,7 +41,7 @@ function recordingRelay() {
 }
 
 function client(url = sim.url): EngineClient {
-  const config: EngineConfig = { name: 'e', url, maxInflight: 4, lane: 'any' };
+  const config: EngineConfig = { name: 'e', url, maxInflight: 4, capSource: 'config', lane: 'any' };
   const c = new EngineClient(config, { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 });
   clients.push(c);
   return c;

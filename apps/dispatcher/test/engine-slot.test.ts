@@ -2,6 +2,7 @@
 // slot. Worked on a two-rank data-parallel vLLM server, whose ranks the API server fills by
 // queue length, not by free KV.
 import { releaseDecision, type GatePolicy, type LongPromptPolicy } from '@sluice/admission';
+import type { EngineConfig } from '@sluice/config';
 import { parseExposition, readVllmState, type ObservedEngine } from '@sluice/engine-metrics';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { describe, expect, it } from 'vitest';
@@ -42,9 +43,14 @@ function twoHalfFullRanks(): ObservedEngine {
   };
 }
 
-function observedSlot(state: ObservedEngine) {
+function observedSlot(
+  state: ObservedEngine,
+  cap: Pick<EngineConfig, 'maxInflight' | 'capSource'> = { maxInflight: 8, capSource: 'config' },
+  log: ObservationDeps['log'] = { warn: () => {}, error: () => {} },
+  capChanged: () => void = () => {},
+) {
   const engine = createEngineSlot(
-    { name: 'e', url: 'http://127.0.0.1:9', maxInflight: 8, lane: 'any' },
+    { name: 'e', url: 'http://127.0.0.1:9', ...cap, lane: 'any' },
     {
       timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
       scrape: { intervalMs: 1000, staleAfterFailures: 3 },
@@ -55,10 +61,9 @@ function observedSlot(state: ObservedEngine) {
     pool: 'p',
     metrics: dispatcherMetrics(new Registry()),
     policy: gate,
-    maxInflightSource: 'config',
     prefillRate: new PrefillRate(),
-    log: { warn: () => {}, error: () => {} },
-    capChanged: () => {},
+    log,
+    capChanged,
     changed: () => {},
     onEngineBy: () => 0,
   };
@@ -74,5 +79,74 @@ describe('a data-parallel engine in the KV-fit rule', () => {
       releaseDecision(engine, 'long', tokens, longPolicy, gate, NOW);
     expect(decide(80_000)).toEqual({ admit: false, reason: 'kv_fit' });
     expect(decide(50_000)).toEqual({ admit: true });
+  });
+});
+
+/** One vLLM server whose metrics show its --max-num-seqs (some builds do; upstream shows none). */
+function engineShowing(maxNumSeqs: number): ObservedEngine {
+  const lines = [
+    'vllm:num_requests_running{model_name="m"} 0.0',
+    'vllm:num_requests_waiting{model_name="m"} 0.0',
+    'vllm:kv_cache_usage_perc{model_name="m"} 0.0',
+    `vllm:scheduler_config_info{max_num_seqs="${maxNumSeqs}",model_name="m"} 1.0`,
+  ];
+  return { ...twoHalfFullRanks(), vllm: readVllmState(parseExposition(lines.join('\n'))) };
+}
+
+describe("the cap and the engine's own max_num_seqs", () => {
+  const logged = () => {
+    const lines: string[] = [];
+    return {
+      lines,
+      log: {
+        warn: (_o: object, m: string) => void lines.push(`warn: ${m}`),
+        error: (_o: object, m: string) => void lines.push(`error: ${m}`),
+      },
+    };
+  };
+
+  it('a cap nobody set follows the engine', () => {
+    const { lines, log } = logged();
+    let changes = 0;
+    const engine = observedSlot(
+      engineShowing(64),
+      { maxInflight: 256, capSource: 'default' },
+      log,
+      () => (changes += 1),
+    );
+    expect(engine.cap).toBe(64);
+    expect(changes).toBe(1);
+    expect(lines).toEqual(["warn: cap set from the engine's max_num_seqs"]);
+  });
+
+  it('a cap set below the engine is kept, without a word (room left on purpose)', () => {
+    const { lines, log } = logged();
+    const engine = observedSlot(engineShowing(64), { maxInflight: 1, capSource: 'config' }, log);
+    expect(engine.cap).toBe(1);
+    expect(lines).toEqual([]);
+  });
+
+  it('a cap set above the engine is kept and said once per value the engine shows', () => {
+    const { lines, log } = logged();
+    const deps: ObservationDeps = {
+      pool: 'p',
+      metrics: dispatcherMetrics(new Registry()),
+      policy: gate,
+      prefillRate: new PrefillRate(),
+      log,
+      capChanged: () => {},
+      changed: () => {},
+      onEngineBy: () => 0,
+    };
+    const engine = observedSlot(
+      engineShowing(64),
+      { maxInflight: 128, capSource: 'ADMISSION_MAX_INFLIGHT' },
+      log,
+    );
+    observeEngine(deps, engine, { ...engineShowing(64), scrapedAt: NOW + 1000 });
+    observeEngine(deps, engine, { ...engineShowing(96), scrapedAt: NOW + 2000 });
+    expect(engine.cap).toBe(128);
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(/^error: the cap set for this engine is above its max_num_seqs/);
   });
 });

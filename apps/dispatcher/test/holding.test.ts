@@ -42,7 +42,7 @@ describe('Holding', () => {
   it('promotes a held job to the front of the queue, ahead of its class queued meanwhile', async () => {
     // The engine's slot count decides whether the held job may go: none at first.
     const engine = createEngineSlot(
-      { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 0, lane: 'any' },
+      { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 0, capSource: 'config', lane: 'any' },
       {
         timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
         scrape: { intervalMs: 1000, staleAfterFailures: 3 },

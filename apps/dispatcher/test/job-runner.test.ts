@@ -77,7 +77,7 @@ afterAll(async () => {
 
 const engine = () =>
   createEngineSlot(
-    { name: 'sim', url: sim.url, maxInflight: 4, lane: 'any' },
+    { name: 'sim', url: sim.url, maxInflight: 4, capSource: 'config', lane: 'any' },
     {
       timeouts: { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 },
       scrape: { intervalMs: 1000, staleAfterFailures: 3 },

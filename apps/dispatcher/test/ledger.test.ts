@@ -57,7 +57,7 @@ function setup() {
   const metrics = dispatcherMetrics(registry);
   const engine = (name: string): EngineSlot =>
     createEngineSlot(
-      { name, url: 'http://127.0.0.1:9', maxInflight: 4, lane: 'any' },
+      { name, url: 'http://127.0.0.1:9', maxInflight: 4, capSource: 'config', lane: 'any' },
       {
         timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
         scrape: { intervalMs: 1000, staleAfterFailures: 3 },

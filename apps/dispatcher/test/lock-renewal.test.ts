@@ -23,7 +23,7 @@ afterAll(async () => {
 });
 
 const engine = createEngineSlot(
-  { name: 'a', url: 'http://127.0.0.1:9', maxInflight: 4, lane: 'any' },
+  { name: 'a', url: 'http://127.0.0.1:9', maxInflight: 4, capSource: 'config', lane: 'any' },
   {
     timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
     scrape: { intervalMs: 1000, staleAfterFailures: 3 },

@@ -76,7 +76,7 @@ function leadingLoop(opts: { throwOnTaken?: string; throwOnHandover?: boolean } 
     },
   };
   const engine = createEngineSlot(
-    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' },
+    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, capSource: 'config', lane: 'any' },
     {
       timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
       scrape: { intervalMs: 1000, staleAfterFailures: 3 },

@@ -24,7 +24,9 @@ let nextResponse: ((res: ServerResponse) => void) | undefined;
 const pool: PoolConfig = {
   name: 'p',
   models: ['m'],
-  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' }],
+  engines: [
+    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, capSource: 'config', lane: 'any' },
+  ],
   queueDepth: 10,
   maxParkSeconds: 60,
   degradation: defaultDegradation,

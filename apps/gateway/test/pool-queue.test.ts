@@ -15,7 +15,9 @@ const keys = keySpace('sluice');
 const pool: PoolConfig = {
   name: 'p',
   models: ['m'],
-  engines: [{ name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, lane: 'any' }],
+  engines: [
+    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, capSource: 'config', lane: 'any' },
+  ],
   queueDepth: 3,
   maxParkSeconds: 10,
   degradation: defaultDegradation,

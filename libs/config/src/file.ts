@@ -17,6 +17,7 @@ import type {
   GpuSource,
   LongPromptConfig,
   PassthroughConfig,
+  MaxInflightSource,
   PoolConfig,
   TenantConfig,
 } from './types.js';
@@ -25,6 +26,8 @@ import { shared } from './variables.js';
 /** Values a pool or engine takes when the file does not say. */
 export interface FileDefaults {
   maxInflight: number;
+  /** Where `maxInflight` came from (the environment, or the built-in default). */
+  maxInflightSource: Exclude<MaxInflightSource, 'config'>;
   queueDepth: number;
   maxParkSeconds: number;
   apiKey: string | undefined;
@@ -43,8 +46,6 @@ export interface FileContents {
   passthrough: PassthroughConfig[];
   /** Absent when the file has no `tenants` key. */
   tenants?: TenantConfig[];
-  /** Whether some engine took its cap from `FileDefaults` rather than from the file. */
-  usedDefaultCap: boolean;
 }
 
 const TOP_KEYS = ['pools', 'passthrough', 'degradation', 'tenants'] as const;
@@ -228,7 +229,6 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
   const poolAt = new Map<string, string>();
   const urlAt = new Map<string, string>();
   const engineAt = new Map<string, string>();
-  let usedDefaultCap = false;
 
   const pools: PoolConfig[] = [];
   const rawPools = Object.hasOwn(root, 'pools')
@@ -291,7 +291,6 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
 
         const cap =
           check.optional(engine, 'maxInflight', enginePath, shared.maxInflight) ?? poolCap;
-        if (cap === undefined) usedDefaultCap = true;
         const apiKey =
           check.optional(engine, 'apiKey', enginePath, shared.apiKey) ?? defaults.apiKey;
         const lane = check.optional(engine, 'lane', enginePath, lanes) ?? 'any';
@@ -299,6 +298,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
           name,
           url,
           maxInflight: cap ?? defaults.maxInflight,
+          capSource: cap === undefined ? defaults.maxInflightSource : 'config',
           ...(apiKey === undefined ? {} : { apiKey }),
           lane,
         };
@@ -339,5 +339,5 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
   });
 
   const tenants = readTenants(check, root, defaults.maxPriority);
-  return { pools, passthrough, usedDefaultCap, ...(tenants === undefined ? {} : { tenants }) };
+  return { pools, passthrough, ...(tenants === undefined ? {} : { tenants }) };
 }

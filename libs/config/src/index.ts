@@ -1,5 +1,5 @@
 export { loadConfig, type ReadFile } from './load.js';
-export { describeVariables } from './variables.js';
+export { describeVariables, VLLM_DEFAULT_MAX_NUM_SEQS } from './variables.js';
 export { ConfigError } from './errors.js';
 export { maskCredentials } from './rules.js';
 export { defaultDegradation } from './degradation.js';

@@ -55,7 +55,10 @@ function httpConfig(vars: EnvValues): SluiceConfig['http'] {
   };
 }
 
-function defaultCap(vars: EnvValues): { cap: number; source: MaxInflightSource } {
+function defaultCap(vars: EnvValues): {
+  cap: number;
+  source: Exclude<MaxInflightSource, 'config'>;
+} {
   const explicit = vars.get('ADMISSION_MAX_INFLIGHT');
   if (explicit !== undefined) return { cap: explicit, source: 'ADMISSION_MAX_INFLIGHT' };
   const seqs = vars.get('VLLM_MAX_NUM_SEQS');
@@ -140,10 +143,10 @@ export function loadConfig(
   let pools: PoolConfig[] = [];
   let passthrough: SluiceConfig['passthrough'] = [];
   let tenants: SluiceConfig['tenants'];
-  let maxInflightSource: MaxInflightSource = envSource;
   if (file !== undefined) {
     const contents = readPoolFile(file, readFileText(file, readFile), {
       maxInflight: cap,
+      maxInflightSource: envSource,
       queueDepth,
       maxParkSeconds,
       apiKey,
@@ -161,8 +164,6 @@ export function loadConfig(
       : contents.pools;
     passthrough = contents.passthrough;
     tenants = contents.tenants;
-    const anyEngine = pools.some((pool) => pool.engines.length > 0);
-    if (anyEngine && !contents.usedDefaultCap) maxInflightSource = 'config';
   } else if (vllmUrl !== undefined) {
     const model = vars.get('VLLM_MODEL');
     pools = [
@@ -174,6 +175,7 @@ export function loadConfig(
             name: engineNameFromUrl(vllmUrl),
             url: vllmUrl,
             maxInflight: cap,
+            capSource: envSource,
             ...(apiKey === undefined ? {} : { apiKey }),
             lane: 'any',
           },
@@ -193,7 +195,6 @@ export function loadConfig(
     pools,
     passthrough,
     ...(tenants === undefined ? {} : { tenants }),
-    maxInflightSource,
     admission: {
       kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),
       failMode: vars.must('ADMISSION_FAIL_MODE'),

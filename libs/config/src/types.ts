@@ -7,6 +7,11 @@ export interface EngineConfig {
   url: string;
   /** Hard cap on requests in flight on this engine. */
   maxInflight: number;
+  /**
+   * Where `maxInflight` came from. Only a `default` cap (no file value, no variable) follows the
+   * engine's own `max_num_seqs` once a scrape shows it; a cap someone wrote is kept.
+   */
+  capSource: MaxInflightSource;
   /** Bearer token the dispatcher sends to this engine. */
   apiKey?: string;
   /** Which prompts the engine takes: `long` only long ones, `short` only short ones, `any` both. */
@@ -114,10 +119,7 @@ export interface TenantConfig {
 
 export type GpuSource = 'none' | 'nvml' | 'dcgm' | 'nvidia-smi' | 'mock';
 
-/**
- * Where the per-engine cap came from. For a YAML file this is the weakest source any engine
- * used: `config` only when every engine's cap is written in the file.
- */
+/** Where an engine's cap came from: `config` when the pools file writes it (engine, shared or pool). */
 export type MaxInflightSource =
   'ADMISSION_MAX_INFLIGHT' | 'VLLM_MAX_NUM_SEQS' | 'default' | 'config';
 
@@ -166,7 +168,6 @@ export interface SluiceConfig {
   passthrough: PassthroughConfig[];
   /** Absent: no keys are asked for and every request is the anonymous tenant's. */
   tenants?: TenantConfig[];
-  maxInflightSource: MaxInflightSource;
   admission: { kvThreshold: number; failMode: 'open' | 'closed' };
   limits: {
     maxBodyBytes: number;

@@ -17,7 +17,12 @@ import {
   type Rule,
 } from './rules.js';
 
-/** vLLM's own default for `--max-num-seqs`: the cap when nothing better is known. */
+/**
+ * The cap when nothing better is known. vLLM's OpenAI server defaults `--max-num-seqs` to 256
+ * on GPUs under 70 GiB and on A100s, and to 1024 on larger ones (H100, H200, MI300X):
+ * `get_batch_defaults` in vllm/engine/arg_utils.py. The smaller one, so an engine of unknown
+ * size is never overfilled; a scrape that shows the engine's own max_num_seqs replaces it.
+ */
 export const VLLM_DEFAULT_MAX_NUM_SEQS = 256;
 
 const MAX_TIMER_SECONDS = Math.floor(MAX_TIMER_MS / 1000);
@@ -163,7 +168,7 @@ export const VARIABLES = {
   }),
   ADMISSION_MAX_INFLIGHT: v(shared.maxInflight, {
     defaultText: `VLLM_MAX_NUM_SEQS, else ${VLLM_DEFAULT_MAX_NUM_SEQS}`,
-    help: `hard cap on requests in flight per engine (${VLLM_DEFAULT_MAX_NUM_SEQS} is vLLM's default --max-num-seqs)`,
+    help: `hard cap on requests in flight per engine; set it to the engine's --max-num-seqs (vLLM defaults to ${VLLM_DEFAULT_MAX_NUM_SEQS}, or 1024 on GPUs of 70 GiB or more other than A100)`,
   }),
   // Above 0: at 0 the gate is closed whenever the gauges are fresh, and nothing is released.
   ADMISSION_KV_THRESHOLD: v(decimal({ min: 0, exclusiveMin: true, max: 1 }), {
@@ -180,7 +185,7 @@ export const VARIABLES = {
   }),
   ADMISSION_LONG_PROMPT_TOKENS: v(shared.longPromptTokens, {
     fallback: 8192,
-    help: "prompts estimated above this many tokens are long (vLLM's default per-step budget); see docs/broker.md",
+    help: "prompts estimated above this many tokens are long (vLLM's default per-step budget on GPUs of 70 GiB or more other than A100; 2048 on smaller ones); see docs/broker.md",
   }),
   ADMISSION_LONG_MAX_SHARE: v(shared.longMaxShare, {
     fallback: 0.5,

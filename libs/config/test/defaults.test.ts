@@ -6,7 +6,6 @@ const DEFAULTS: SluiceConfig = {
   http: { host: '0.0.0.0', port: 8080, metricsPort: 9464 },
   pools: [],
   passthrough: [],
-  maxInflightSource: 'default',
   admission: { kvThreshold: 0.9, failMode: 'open' },
   limits: {
     maxBodyBytes: 1_048_576,

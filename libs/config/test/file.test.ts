@@ -42,13 +42,18 @@ describe('SLUICE_CONFIG: a valid file', () => {
           queueDepth: 8,
           maxParkSeconds: 120,
           engines: [
-            { name: 'vllm-0', url: 'http://vllm-0:8000', maxInflight: 4, apiKey: 'abc' },
-            { name: 'vllm-1:8000', url: 'http://vllm-1:8000', maxInflight: 4 },
+            {
+              name: 'vllm-0',
+              url: 'http://vllm-0:8000',
+              maxInflight: 4,
+              capSource: 'config',
+              apiKey: 'abc',
+            },
+            { name: 'vllm-1:8000', url: 'http://vllm-1:8000', maxInflight: 4, capSource: 'config' },
           ],
         },
       ],
       passthrough: [{ model: 'text-embedding-3-small', url: 'http://tei:8080' }],
-      maxInflightSource: 'config',
     });
   });
 

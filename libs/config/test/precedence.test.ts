@@ -5,28 +5,22 @@ import { loadFile } from './helpers.js';
 const ENGINE = { VLLM_URL: 'http://vllm-0:8000' };
 
 describe('per-engine cap: ADMISSION_MAX_INFLIGHT, then VLLM_MAX_NUM_SEQS, then 256', () => {
-  it('uses 256 (vLLM default --max-num-seqs) and says so', () => {
+  it("uses 256 (vLLM's --max-num-seqs below 70 GiB) and says so", () => {
     const config = loadConfig(ENGINE);
     expect(config.pools[0]?.engines[0]?.maxInflight).toBe(256);
-    expect(config.maxInflightSource).toBe('default');
+    expect(config.pools[0]?.engines[0]?.capSource).toBe('default');
   });
 
   it('uses VLLM_MAX_NUM_SEQS when it is the only one set', () => {
     const config = loadConfig({ ...ENGINE, VLLM_MAX_NUM_SEQS: '48' });
     expect(config.pools[0]?.engines[0]?.maxInflight).toBe(48);
-    expect(config.maxInflightSource).toBe('VLLM_MAX_NUM_SEQS');
+    expect(config.pools[0]?.engines[0]?.capSource).toBe('VLLM_MAX_NUM_SEQS');
   });
 
   it('prefers ADMISSION_MAX_INFLIGHT over VLLM_MAX_NUM_SEQS', () => {
     const config = loadConfig({ ...ENGINE, VLLM_MAX_NUM_SEQS: '48', ADMISSION_MAX_INFLIGHT: '12' });
     expect(config.pools[0]?.engines[0]?.maxInflight).toBe(12);
-    expect(config.maxInflightSource).toBe('ADMISSION_MAX_INFLIGHT');
-  });
-
-  it('reports the source even with no pools, so the app can log it', () => {
-    expect(loadConfig({ ADMISSION_MAX_INFLIGHT: '3' }).maxInflightSource).toBe(
-      'ADMISSION_MAX_INFLIGHT',
-    );
+    expect(config.pools[0]?.engines[0]?.capSource).toBe('ADMISSION_MAX_INFLIGHT');
   });
 
   it('still validates VLLM_MAX_NUM_SEQS when ADMISSION_MAX_INFLIGHT wins', () => {
@@ -71,16 +65,15 @@ pools:
     expect([chat?.queueDepth, chat?.maxParkSeconds]).toEqual([20, 90]);
   });
 
-  it('reports the env source while any engine still uses it', () => {
-    expect(loadFile(yaml, env).maxInflightSource).toBe('ADMISSION_MAX_INFLIGHT');
-    expect(loadFile(yaml).maxInflightSource).toBe('default');
-  });
-
-  it("reports 'config' once every engine's cap is written in the file", () => {
+  it("says for each engine where its cap came from: the file's, whatever the other engines use", () => {
+    const sources = (config: ReturnType<typeof loadFile>) =>
+      config.pools.flatMap((p) => p.engines.map((e) => e.capSource));
+    expect(sources(loadFile(yaml, env))).toEqual(['config', 'config', 'ADMISSION_MAX_INFLIGHT']);
+    // Only the engine nobody capped may follow its engine's max_num_seqs (engine-slot.ts).
+    expect(sources(loadFile(yaml))).toEqual(['config', 'config', 'default']);
     const all = yaml.replace('    models: [chat]\n', '    models: [chat]\n    maxInflight: 8\n');
-    const config = loadFile(all, env);
-    expect(config.pools[1]?.engines[0]?.maxInflight).toBe(8);
-    expect(config.maxInflightSource).toBe('config');
+    expect(loadFile(all, env).pools[1]?.engines[0]?.maxInflight).toBe(8);
+    expect(sources(loadFile(all, env))).toEqual(['config', 'config', 'config']);
   });
 
   it('gives file engines VLLM_API_KEY unless they name their own apiKey', () => {

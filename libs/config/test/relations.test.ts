@@ -77,6 +77,7 @@ describe('SLUICE_CONFIG and VLLM_URL', () => {
             name: 'vllm-0:8000',
             url: 'http://vllm-0:8000',
             maxInflight: 256,
+            capSource: 'default',
             apiKey: 'k',
             lane: 'any',
           },
