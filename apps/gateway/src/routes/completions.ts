@@ -1,5 +1,6 @@
-// The two completion routes: peek the raw body, route the model, refuse early where the
-// answer is already known, else enqueue and hold the client until its reply frames end.
+// The completion routes: peek the raw body, route the model, refuse early where the answer
+// is already known, else enqueue and hold the client until its reply frames end. Beside
+// them, /v1/embeddings, which only pass-through backends answer.
 import { classify, isAged, retryAfterBounds } from '@sluice/admission';
 import type { SluiceConfig } from '@sluice/config';
 import { markStage, type GatewayMetrics } from '@sluice/observability';
@@ -16,7 +17,7 @@ import type { RequestEnded } from '../access-log.js';
 import type { HeldInfo } from '../held-hooks.js';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
 import { modelLabel, UNKNOWN_MODEL } from '../labels.js';
-import type { Passthrough } from '../passthrough.js';
+import type { Passthrough, PassthroughTarget } from '../passthrough.js';
 import { newJobId } from '../job-id.js';
 import type { AddRefusal, PoolQueue, QueuedTenant } from '../pool-queue.js';
 import { refusal, type Refusal } from '../refuse.js';
@@ -70,60 +71,111 @@ export async function completionRoutes(
   const { replicaId, limits, routing, pools, replies, passthrough, metrics, now, refuse } = opts;
   const log = app.log;
 
+  /**
+   * Peeks the body and routes its model; answers the refusals every path shares (no body, bad
+   * JSON, unknown model, this replica not taking requests). Undefined once answered.
+   */
+  function routed(request: FastifyRequest, reply: FastifyReply) {
+    markStage('gateway.request');
+    const body = request.body as Buffer | undefined;
+    if (!body) {
+      refuse(
+        reply,
+        UNKNOWN_MODEL,
+        refusal('unsupported_media_type', 'content-type must be application/json'),
+      );
+      return undefined;
+    }
+    let peeked;
+    try {
+      peeked = peekRequest(body);
+    } catch (err) {
+      if (err instanceof RequestPeekError) {
+        refuse(reply, UNKNOWN_MODEL, refusal('bad_request', err.message));
+        return undefined;
+      }
+      throw err;
+    }
+    const route = routing.router.route(peeked.model);
+    // Configured, when routed: the only model strings that become label values.
+    const model = modelLabel(peeked.model, route !== undefined);
+    const stream = peeked.stream === true;
+    const refuseRead = (r: Refusal, pool?: string) => refuse(reply, model, r, pool, stream);
+    if (!route && !routing.known) {
+      refuseRead(
+        refusal(
+          'engine_unreachable',
+          "the engine's model names are not known yet (it has not answered /v1/models)",
+        ),
+      );
+      return undefined;
+    }
+    if (!route) {
+      refuseRead(refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`));
+      return undefined;
+    }
+    const closed = opts.admit(route.kind);
+    if (closed) {
+      refuseRead(closed, route.kind === 'pool' ? route.pool.name : undefined);
+      return undefined;
+    }
+    return { body, peeked, route, model, stream, refuseRead };
+  }
+
+  /** Proxies the request to its pass-through backend, unread, and logs how it ended. */
+  async function forward(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    target: PassthroughTarget,
+    path: string,
+    { body, model, stream }: { body: Buffer; model: string; stream: boolean },
+  ) {
+    metrics.requests.inc({ model, kind: 'passthrough' });
+    reply.hijack();
+    const answered = await passthrough.forward(target, path, request.headers, body, reply.raw);
+    // Pass-through bodies are piped unread: no token counts (see the README).
+    opts.ended({
+      id: request.id,
+      model,
+      passthrough: true,
+      tenant: request.tenant?.name,
+      stream,
+      status: answered.status,
+      reason: answered.reason,
+      durationMs: now() - request.arrivedAt,
+    });
+  }
+
+  /**
+   * A path only pass-through backends answer: a pool's engines are gated for chat and
+   * completions only. A pool's model is refused as vLLM refuses a model without that API
+   * (400 "The model does not support Embeddings API", `create_embedding` in
+   * vllm/entrypoints/openai/api_server.py).
+   */
+  function ungated(path: string, api: string) {
+    return async (request: FastifyRequest, reply: FastifyReply) => {
+      const read = routed(request, reply);
+      if (!read) return;
+      const { route, peeked } = read;
+      if (route.kind === 'pool')
+        return read.refuseRead(
+          refusal(
+            'bad_request',
+            `The model \`${peeked.model}\` does not support ${api} through Sluice: its pool ${route.pool.name} takes /v1/chat/completions and /v1/completions only; ${api} goes to pass-through models`,
+          ),
+          route.pool.name,
+        );
+      return forward(request, reply, route, path, read);
+    };
+  }
+
   function completion(path: CompletionPath) {
     return async (request: FastifyRequest, reply: FastifyReply) => {
-      markStage('gateway.request');
-      const body = request.body as Buffer | undefined;
-      if (!body)
-        return refuse(
-          reply,
-          UNKNOWN_MODEL,
-          refusal('unsupported_media_type', 'content-type must be application/json'),
-        );
-      let peeked;
-      try {
-        peeked = peekRequest(body);
-      } catch (err) {
-        if (err instanceof RequestPeekError)
-          return refuse(reply, UNKNOWN_MODEL, refusal('bad_request', err.message));
-        throw err;
-      }
-      const route = routing.router.route(peeked.model);
-      // Configured, when routed: the only model strings that become label values.
-      const model = modelLabel(peeked.model, route !== undefined);
-      const stream = peeked.stream === true;
-      const refuseRead = (r: Refusal, pool?: string) => refuse(reply, model, r, pool, stream);
-      if (!route && !routing.known)
-        return refuseRead(
-          refusal(
-            'engine_unreachable',
-            "the engine's model names are not known yet (it has not answered /v1/models)",
-          ),
-        );
-      if (!route)
-        return refuseRead(
-          refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`),
-        );
-      const poolName = route.kind === 'pool' ? route.pool.name : undefined;
-      const closed = opts.admit(route.kind);
-      if (closed) return refuseRead(closed, poolName);
-      if (route.kind === 'passthrough') {
-        metrics.requests.inc({ model, kind: 'passthrough' });
-        reply.hijack();
-        const answered = await passthrough.forward(route, path, request.headers, body, reply.raw);
-        // Pass-through bodies are piped unread: no token counts (see the README).
-        opts.ended({
-          id: request.id,
-          model,
-          passthrough: true,
-          tenant: request.tenant?.name,
-          stream,
-          status: answered.status,
-          reason: answered.reason,
-          durationMs: now() - request.arrivedAt,
-        });
-        return;
-      }
+      const read = routed(request, reply);
+      if (!read) return;
+      const { body, peeked, route, model, stream, refuseRead } = read;
+      if (route.kind === 'passthrough') return forward(request, reply, route, path, read);
+      const poolName = route.pool.name;
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
       const unavailable = () =>
@@ -252,6 +304,7 @@ export async function completionRoutes(
 
   app.post('/v1/chat/completions', completion('/v1/chat/completions'));
   app.post('/v1/completions', completion('/v1/completions'));
+  app.post('/v1/embeddings', ungated('/v1/embeddings', 'the Embeddings API'));
 }
 
 /**
