@@ -3,7 +3,7 @@
 // (or the gateway closes): an engine that starts after the gateway is routine.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { withDiscoveredModels, type SluiceConfig } from '@sluice/config';
-import { request } from 'undici';
+import { fetchModelCards } from './model-cards.js';
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 5000;
@@ -20,18 +20,8 @@ export async function discoverModels(
     const engine = pool.engines[0]!;
     for (let attempt = 0; ; attempt++) {
       try {
-        const res = await request(new URL('/v1/models', engine.url), {
-          headers: engine.apiKey ? { authorization: `Bearer ${engine.apiKey}` } : {},
-          headersTimeout: 2000,
-          bodyTimeout: 2000,
-          signal,
-        });
-        const body = (await res.body.json()) as { data?: Array<{ id?: unknown }> };
-        const models = (body.data ?? [])
-          .map((m) => m.id)
-          .filter((id): id is string => typeof id === 'string');
-        if (res.statusCode !== 200 || models.length === 0)
-          throw new Error(`GET /v1/models answered ${res.statusCode} with no model`);
+        const models = (await fetchModelCards(engine, signal)).map((card) => card.id);
+        if (models.length === 0) throw new Error('GET /v1/models answered no model');
         next = withDiscoveredModels(next, pool.name, models);
         break;
       } catch (err) {

@@ -25,6 +25,7 @@ import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
 import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
+import { MODEL_CARDS_REFRESH_MS, ModelCards } from './model-cards.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
 import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
@@ -184,9 +185,11 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     refuse,
     ended,
   });
+  const cards = new ModelCards();
   await app.register(opsRoutes, {
     replicaId,
     routing,
+    cards,
     redisUp,
     pools,
     registry,
@@ -220,12 +223,18 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     if (!closing) fail(err);
   });
 
+  // Aborts discovery and the model cards' reads on close.
   const discovery = new AbortController();
-  if (!routing.known)
+  const readCards = () => void cards.refresh(routing.config, discovery.signal);
+  const cardsTimer = setInterval(readCards, MODEL_CARDS_REFRESH_MS).unref();
+  discovery.signal.addEventListener('abort', () => clearInterval(cardsTimer));
+  if (routing.known) readCards();
+  else
     void discoverModels(loaded, log, discovery.signal).then(
       (config) => {
         routing.update(config);
         announce();
+        readCards();
       },
       (err: Error) => {
         if (!discovery.signal.aborted) fail(err);

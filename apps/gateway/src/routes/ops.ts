@@ -2,12 +2,15 @@
 // on Redis for longer than the command timeout, and /healthz not at all.
 import type { Registry } from '@sluice/observability';
 import type { FastifyInstance } from 'fastify';
+import type { ModelCards } from '../model-cards.js';
 import type { PoolQueue } from '../pool-queue.js';
 import type { Routing } from '../routing.js';
 
 export interface OpsRoutesOptions {
   replicaId: string;
   routing: Routing;
+  /** The engines' own model cards, as far as this replica has read them. */
+  cards: ModelCards;
   /** Connected and answering (see RedisProbe). */
   redisUp(): boolean;
   pools: ReadonlyMap<string, PoolQueue>;
@@ -20,16 +23,7 @@ export interface OpsRoutesOptions {
 
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
   const { replicaId, routing, pools, registry, draining } = opts;
-  app.get('/v1/models', async () => {
-    const { config } = routing;
-    return {
-      object: 'list',
-      data: [
-        ...config.pools.flatMap((p) => p.models),
-        ...config.passthrough.map((p) => p.model),
-      ].map((id) => ({ id, object: 'model', created: 0, owned_by: 'sluice' })),
-    };
-  });
+  app.get('/v1/models', async () => ({ object: 'list', data: opts.cards.list(routing.config) }));
   app.get('/healthz', async () => ({ status: 'ok', replica: replicaId }));
   // Ready: Redis answers, every pool has a leading dispatcher, and every model name is known.
   // `?scope=replica` asks only what is this replica's own: not draining. Redis, leaders and
