@@ -1,7 +1,9 @@
 // The GPU reading, if a source is configured: exported as metrics, and a new reading wakes
 // the release loops (the load signal of degradation reads it). A source that cannot work
 // here (no NVML library, no nvidia-smi) is one clear log line; the dispatcher runs on. A
-// source that keeps failing is one warn line per kind of failure and 10 s, not one per poll.
+// source that keeps failing is one warn line per kind of failure and 10 s, not one per poll,
+// and its GPU series go once the last reading is too old for the load signal too: a
+// dashboard must not show the last good reading for as long as the source stays broken.
 import type { SluiceConfig } from '@sluice/config';
 import { createGpuSource, DCGM_TIMEOUT_MS, POLL_MS, type GpuSource } from '@sluice/gpu';
 import type { DispatcherMetrics } from '@sluice/observability';
@@ -10,6 +12,8 @@ import { limitedWarn } from './warn-limit.js';
 export async function startGpu(
   config: SluiceConfig['gpu'],
   metrics: DispatcherMetrics,
+  /** How old a reading may be and still count (`gpuMaxAgeMs`). */
+  maxAgeMs: number,
   onReading: () => void,
   log: {
     info(o: object, m: string): void;
@@ -23,7 +27,11 @@ export async function startGpu(
     ...(config.dcgmUrl ? { dcgmUrl: config.dcgmUrl } : {}),
   });
   if (!source) return undefined;
+  const gauges = [metrics.gpuUtilization, metrics.gpuMemoryUsed, metrics.gpuMemoryTotal];
+  const clear = () => gauges.forEach((g) => g.reset());
   source.on('snapshot', (snapshot) => {
+    // A GPU left out of this reading (MIG enabled since, gone) must not keep its last values.
+    clear();
     for (const gpu of snapshot.gpus) {
       const labels = { gpu: String(gpu.index) };
       metrics.gpuUtilization.set(labels, gpu.utilization);
@@ -33,7 +41,11 @@ export async function startGpu(
     onReading();
   });
   const warn = limitedWarn(log);
-  source.on('error', (err) => warn('GPU reading failed', err));
+  source.on('error', (err) => {
+    warn('GPU reading failed', err);
+    const latest = source.latest();
+    if (!latest || Date.now() - latest.at > maxAgeMs) clear();
+  });
   // Said once by the source (a GPU it leaves out of every reading, e.g. MIG-enabled).
   source.on('warning', (w) => log.warn({ err: w.message }, 'GPU left out of the readings'));
   try {

@@ -197,6 +197,7 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
       trying: names((p) => p.lease.isAcquiring),
       limit: config.dispatcher.maxLeasedPools,
     }).includes(name);
+  const gpuMaxAge = gpuMaxAgeMs(config.gpu.source, config.engine.scrapeIntervalMs);
   pools.push(
     ...ours.map(
       (pool) =>
@@ -226,15 +227,20 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
             intervalMs: config.engine.scrapeIntervalMs,
             staleAfterFailures: config.engine.staleAfterFailures,
           },
-          gpuUtilization: () =>
-            gpuUtilization(gpu, gpuMaxAgeMs(config.gpu.source, config.engine.scrapeIntervalMs)),
+          gpuUtilization: () => gpuUtilization(gpu, gpuMaxAge),
           log,
           now,
         }),
     ),
   );
 
-  const gpu = await startGpu(config.gpu, metrics, () => pools.forEach((p) => p.poke()), log);
+  const gpu = await startGpu(
+    config.gpu,
+    metrics,
+    gpuMaxAge,
+    () => pools.forEach((p) => p.poke()),
+    log,
+  );
   await Promise.all(pools.map((p) => p.start()));
   reach.start();
   log.info(

@@ -68,6 +68,7 @@ describe('startGpu', () => {
     const source = await startGpu(
       { source: 'dcgm', dcgmUrl: `http://127.0.0.1:${port}/metrics` },
       dispatcherMetrics(new Registry()),
+      60_000,
       () => {},
       log,
     );
@@ -89,6 +90,57 @@ describe('startGpu', () => {
           },
         },
       ]);
+    } finally {
+      await source?.stop();
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('drops the GPU series once the last reading is too old, and GPUs a reading leaves out', async () => {
+    // What the exporter answers next: two GPUs, one, or a failure.
+    let answer = 'two';
+    const gpu = (i: number, util: number) => [
+      `DCGM_FI_DEV_GPU_UTIL{gpu="${i}",UUID="GPU-${i}"} ${util}`,
+      `DCGM_FI_DEV_FB_USED{gpu="${i}",UUID="GPU-${i}"} 1000`,
+      `DCGM_FI_DEV_FB_FREE{gpu="${i}",UUID="GPU-${i}"} 3000`,
+    ];
+    const server = createServer((_req, res) => {
+      if (answer === 'broken') return res.writeHead(500).end('exporter broken');
+      const lines = answer === 'two' ? [...gpu(0, 97), ...gpu(1, 50)] : gpu(0, 97);
+      res.writeHead(200, { 'content-type': 'text/plain' }).end(lines.join('\n') + '\n');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    const registry = new Registry();
+    const metrics = dispatcherMetrics(registry);
+    const series = async () =>
+      (await registry.getSingleMetric('sluice_gpu_utilization_ratio')!.get()).values.map((v) => [
+        v.labels['gpu'],
+        v.value,
+      ]);
+    const quiet = { info: () => {}, warn: () => {}, error: () => {} };
+    // Every reading is already too old once a poll fails: the failure clears at once.
+    const source = await startGpu(
+      { source: 'dcgm', dcgmUrl: `http://127.0.0.1:${port}/metrics` },
+      metrics,
+      0,
+      () => {},
+      quiet,
+    );
+    const next = (event: 'snapshot' | 'error') =>
+      new Promise<void>((resolve) => source!.on(event, () => resolve()));
+    try {
+      expect(await series()).toEqual([
+        ['0', 0.97],
+        ['1', 0.5],
+      ]);
+      answer = 'one';
+      await next('snapshot');
+      await next('snapshot');
+      expect(await series()).toEqual([['0', 0.97]]);
+      answer = 'broken';
+      await next('error');
+      expect(await series()).toEqual([]);
     } finally {
       await source?.stop();
       await new Promise((resolve) => server.close(resolve));
