@@ -10,9 +10,12 @@
 // engine's response head or the first heartbeat due; after that a failure is delivered
 // in-band as `data: {"error":...}` and the stream ends, so OpenAI SDKs raise it. A
 // non-streaming client waits silently and gets the engine's status and body unchanged.
+// An event stream goes out whole events at a time (SseEvents), so that an in-band error lands
+// on an event boundary whatever TCP did to the engine's chunks.
 import { markStage } from '@sluice/observability';
 import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
 import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
+import { SseEvents } from './sse-events.js';
 import type { ServerResponse } from 'node:http';
 import type { QueuedRemoval } from './pool-queue.js';
 import { refusal, writeRefusal, type Refusal } from './refuse.js';
@@ -68,6 +71,8 @@ export class HeldRequest {
   private engine = '';
   /** Engine error body collected when the SSE head was already committed as 200. */
   private engineError: { status: number; chunks: Buffer[] } | undefined;
+  /** Set once the response is committed as an event stream. */
+  private events: SseEvents | undefined;
 
   constructor(
     readonly jobId: string,
@@ -100,16 +105,8 @@ export class HeldRequest {
   onFrame(frame: Frame): void {
     if (this.state === 'done') return;
     this.lastFrameAt = this.hooks.now();
-    if (frame.seq !== this.expectedSeq) {
-      this.hooks.cancel(this.jobId, 'frame_lost');
-      this.fail(
-        refusal(
-          'frame_lost',
-          `reply stream broken: expected frame ${this.expectedSeq}, got ${frame.seq}; the answer is incomplete`,
-        ),
-      );
-      return;
-    }
+    if (frame.seq !== this.expectedSeq)
+      return this.broken(`expected frame ${this.expectedSeq}, got ${frame.seq}`);
     this.expectedSeq += 1;
     switch (frame.type) {
       case 'start':
@@ -155,6 +152,17 @@ export class HeldRequest {
     );
   }
 
+  /**
+   * A frame of this request was lost or cannot be read: the answer can never be completed, so
+   * the engine must stop producing it too. Every broken-frame path ends here, so none can
+   * leave an engine generating for nobody.
+   */
+  broken(detail: string): void {
+    if (this.state === 'done') return;
+    this.hooks.cancel(this.jobId, 'frame_lost');
+    this.fail(refusal('frame_lost', `reply stream broken: ${detail}; the answer is incomplete`));
+  }
+
   /** Ends the request with an error: a refusal if nothing was sent yet, in-band otherwise. */
   fail(r: Refusal): void {
     if (this.state === 'done') return;
@@ -164,6 +172,8 @@ export class HeldRequest {
     // writeRefusal never sends 499: nobody would read it.
     this.status = r.status === 499 && !res.headersSent ? 503 : r.status;
     if (!res.headersSent) writeRefusal(res, r);
+    // Only whole events went out (SseEvents): the error starts on a boundary, and a held
+    // half-event is dropped with the request.
     else if (this.stream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
     // A non-streaming body cut short must not look whole: end the connection without the
     // final chunk, so the client sees an error rather than a truncated answer.
@@ -208,6 +218,7 @@ export class HeldRequest {
   private commitStream(): void {
     if (this.res.headersSent) return;
     this.status = 200;
+    this.events = new SseEvents(this.hooks.slowClientBytes);
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
@@ -229,8 +240,12 @@ export class HeldRequest {
    */
   private send(chunk: Buffer | string): void {
     if (this.res.destroyed || this.res.write(chunk)) return;
-    if (this.res.writableLength > this.hooks.slowClientBytes)
-      return this.slowClient(`client reads too slowly (${this.res.writableLength} bytes buffered)`);
+    // A write larger than the limit says nothing about the reader (a non-streamed answer comes
+    // as one frame, and nothing had a chance to drain yet): only bytes buffered before it,
+    // which the client has not taken, count against SLUICE_SLOW_CLIENT_BYTES.
+    const behind = this.res.writableLength - byteLength(chunk);
+    if (behind > this.hooks.slowClientBytes)
+      return this.slowClient(`client reads too slowly (${behind} bytes buffered and not taken)`);
     if (this.stallTimer) return;
     this.armStall();
     this.res.once('drain', () => this.disarmStall());
@@ -296,15 +311,17 @@ export class HeldRequest {
       this.engineError.chunks.push(chunk);
       return;
     }
-    if (!this.firstByte) {
-      this.firstByte = true;
-      clearInterval(this.heartbeatTimer);
-      this.send(chunk);
-      this.firstByteAt = this.hooks.now();
-      this.hooks.onFirstByte(this);
-      return;
-    }
-    this.send(chunk);
+    const whole = this.events ? this.events.complete(chunk) : chunk;
+    if (whole) this.body(whole);
+  }
+
+  private body(bytes: Buffer): void {
+    if (this.firstByte) return this.send(bytes);
+    this.firstByte = true;
+    clearInterval(this.heartbeatTimer);
+    this.send(bytes);
+    this.firstByteAt = this.hooks.now();
+    this.hooks.onFirstByte(this);
   }
 
   private end(): void {
@@ -312,21 +329,13 @@ export class HeldRequest {
       const { status, chunks } = this.engineError;
       this.status = status;
       this.reason = 'engine_error';
-      const text = Buffer.concat(chunks).toString('utf8');
-      let message = text;
-      try {
-        message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
-      } catch {
-        // not JSON: pass the text as it came
-      }
-      this.res.end(
-        sseError(
-          `engine answered ${status}: ${message}`,
-          status >= 500 ? 'server_error' : 'invalid_request_error',
-          'engine_error',
-        ),
-      );
+      this.res.end(engineErrorEvent(status, chunks));
     } else {
+      // An engine may end its stream without the last blank line: those bytes are its too.
+      const rest = this.events?.rest();
+      if (rest) this.body(rest);
+      // That last write can find the client too slow, which ended the request already.
+      if (this.state === 'done') return;
       this.res.end();
     }
     markStage('gateway.response-end');
@@ -397,4 +406,24 @@ export class HeldRequest {
     this.watchEnded();
     this.hooks.onDone(this, wasQueued);
   }
+}
+
+function byteLength(chunk: Buffer | string): number {
+  return typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length;
+}
+
+/** An engine error that came after the stream's head went out as 200, as an in-band event. */
+function engineErrorEvent(status: number, chunks: Buffer[]): string {
+  const text = Buffer.concat(chunks).toString('utf8');
+  let message = text;
+  try {
+    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
+  } catch {
+    // not JSON: pass the text as it came
+  }
+  return sseError(
+    `engine answered ${status}: ${message}`,
+    status >= 500 ? 'server_error' : 'invalid_request_error',
+    'engine_error',
+  );
 }

@@ -2,7 +2,7 @@
 // job id, and a watchdog that ends requests whose dispatcher went silent. Silence counts only
 // while the channel can carry frames: an outage of the connection itself is the business of
 // the loss watch (redis-loss.ts), which answers with the reason that is true.
-import { decodeFrame, frameJobId, messageFrames, ProtocolError, refusal } from '@sluice/protocol';
+import { decodeFrame, frameJobId, messageFrames, ProtocolError } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
@@ -60,7 +60,8 @@ export class ReplyRouter {
       frames = messageFrames(message);
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
-      // No frame of it can be trusted; its requests see the gap or the silence.
+      // No frame of it can be trusted; its requests see the gap (HeldRequest.broken) or the
+      // silence, and either cancels their jobs.
       this.onBadFrame('undecodable', err.message);
       return;
     }
@@ -80,7 +81,7 @@ export class ReplyRouter {
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
       this.onBadFrame('undecodable', err.message);
-      held.fail(refusal('frame_lost', `reply stream broken: ${err.message}`));
+      held.broken(err.message);
     }
   }
 

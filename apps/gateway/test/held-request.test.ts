@@ -283,7 +283,7 @@ describe('HeldRequest', () => {
       frame('slow', { type: 'head', info: { status: 200, contentType: 'text/event-stream' } }),
     );
     // The engine keeps producing; the kernel's buffers fill, then the response stops draining.
-    const chunk = Buffer.alloc(64 * 1024, 'x');
+    const chunk = Buffer.from(`data: ${'x'.repeat(64 * 1024)}\n\n`);
     const engine = setInterval(() => request.onFrame(frame('slow', { type: 'data', chunk })), 10);
     await h.done.finally(() => clearInterval(engine));
     expect(res.writableLength).toBeLessThan(h.slowClientBytes);
@@ -360,5 +360,123 @@ describe('HeldRequest', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+/** The events of an SSE body as a client reads them: blank-line separated, `data:` lines joined. */
+function sseEvents(text: string): string[] {
+  return text
+    .split(/\r?\n\r?\n/)
+    .filter((block) => block !== '')
+    .map((block) =>
+      block
+        .split(/\r?\n/)
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).trimStart())
+        .join('\n'),
+    )
+    .filter((data) => data !== '');
+}
+
+/** A stream opened for a held client: start and head frames sent, the next seq returned. */
+function opened(request: HeldRequest, jobId: string, contentType = 'text/event-stream'): number {
+  request.onFrame(frame(jobId, { type: 'start', info: { engine: 'e', loadState: 'normal' } }, 0));
+  request.onFrame(frame(jobId, { type: 'head', info: { status: 200, contentType } }, 1));
+  return 2;
+}
+
+describe('HeldRequest: an event stream cut anywhere by TCP', () => {
+  const whole = 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","n":1}\n\n';
+
+  it('writes an in-band error on an event boundary when the last chunk stopped mid-event', async () => {
+    const h = hooks();
+    const { request, answer } = await held('half', h);
+    let at = opened(request, 'half');
+    const half = 'data: {"id":"chatcmpl-1","object":"chat.';
+    request.onFrame(frame('half', { type: 'data', chunk: Buffer.from(whole + half) }, at++));
+    const info = { code: 'engine_error' as const, message: 'engine connection lost' };
+    request.onFrame(frame('half', { type: 'error', info }, at++));
+    const text = await (await answer).text();
+    expect(text.startsWith(whole)).toBe(true);
+    // What an OpenAI SDK does with each event: every one parses, the last is the error.
+    const parsed = sseEvents(text).map((data) => JSON.parse(data) as Record<string, unknown>);
+    expect(parsed).toHaveLength(2);
+    expect(parsed[1]).toMatchObject({ error: { code: 'engine_error' } });
+    expect(request.reason).toBe('engine_error');
+  });
+
+  it('holds an incomplete event until the next chunk completes it, and ends with every byte', async () => {
+    const h = hooks();
+    const { request, answer } = await held('tail', h);
+    let at = opened(request, 'tail');
+    // Cut inside an event, inside its blank line, and an end without a final blank line.
+    for (const piece of [whole.slice(0, 20), whole.slice(20, -1), '\ndata: [DO', 'NE]'])
+      request.onFrame(frame('tail', { type: 'data', chunk: Buffer.from(piece) }, at++));
+    request.onFrame(frame('tail', { type: 'end' }, at++));
+    expect(await (await answer).text()).toBe(`${whole}data: [DONE]`);
+    expect(request.status).toBe(200);
+  });
+
+  it('leaves a JSON answer to a stream request as the engine cut it', async () => {
+    const h = hooks();
+    const { request, answer } = await held('json', h, false);
+    let at = opened(request, 'json', 'application/json');
+    request.onFrame(frame('json', { type: 'data', chunk: Buffer.from('{"a":') }, at++));
+    request.onFrame(frame('json', { type: 'data', chunk: Buffer.from('1}') }, at++));
+    request.onFrame(frame('json', { type: 'end' }, at++));
+    expect(await (await answer).text()).toBe('{"a":1}');
+  });
+});
+
+describe('HeldRequest: the slow-client byte bound', () => {
+  const MiB = 1024 ** 2;
+
+  it('gets a non-streamed answer larger than the bound, in one frame, whole to a client that reads', async () => {
+    const h = hooks({ slowClientBytes: 4 * MiB });
+    const { request, answer } = await held('big', h, false);
+    let at = opened(request, 'big', 'application/json');
+    const body = Buffer.alloc(6 * MiB, '{"x":"0123456789abcdef"}');
+    request.onFrame(frame('big', { type: 'data', chunk: body }, at++));
+    request.onFrame(frame('big', { type: 'end' }, at++));
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer()).equals(body)).toBe(true);
+    expect(h.refused).toEqual([]);
+    expect(h.cancels).toEqual([]);
+  });
+
+  it('still cuts a stream whose client stopped reading once more than the bound is left unread', async () => {
+    // The stall limit is out of reach: only the byte bound can cut it.
+    const h = hooks({ slowClientBytes: 4 * MiB, slowClientStallMs: 600_000 });
+    const { socket, res } = await rawClient();
+    socket.pause();
+    const request = new HeldRequest('stop', 'm', true, Date.now(), Date.now(), res, h);
+    request.hold();
+    let at = opened(request, 'stop');
+    const chunk = Buffer.from(`data: ${'x'.repeat(64 * 1024)}\n\n`);
+    // Written in one turn: the socket takes no more than its first write meanwhile, so a
+    // client-side kernel buffer of any size cannot hide the backlog. Bounded, should the bound
+    // not hold.
+    for (let written = 0; request.state !== 'done' && written < 256 * MiB; written += chunk.length)
+      request.onFrame(frame('stop', { type: 'data', chunk }, at++));
+    expect(request.state).toBe('done');
+    expect(h.refused).toEqual(['slow_client']);
+    expect(h.cancels).toEqual([['stop', 'slow_client']]);
+    socket.destroy();
+  });
+
+  it('cuts a client that stopped reading in the middle of one large frame once the stall limit passes', async () => {
+    const h = hooks({ slowClientBytes: 4 * MiB, slowClientStallMs: 200 });
+    const { socket, res } = await rawClient();
+    socket.pause();
+    const request = new HeldRequest('stuck', 'm', false, Date.now(), Date.now(), res, h);
+    request.hold();
+    let at = opened(request, 'stuck', 'application/json');
+    // Far more than the kernel buffers for an unread loopback socket.
+    request.onFrame(frame('stuck', { type: 'data', chunk: Buffer.alloc(64 * MiB, 'x') }, at++));
+    await h.done;
+    expect(h.refused).toEqual(['slow_client']);
+    expect(h.cancels).toEqual([['stuck', 'slow_client']]);
+    socket.destroy();
   });
 });
