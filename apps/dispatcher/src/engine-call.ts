@@ -8,7 +8,10 @@ import type { Cancellation } from './cancels.js';
 import type { ReplyRelay } from './relay.js';
 
 export interface EngineTimeouts {
-  /** Until the response head: a prefill can take minutes. */
+  /**
+   * Until the response head: a prefill can take minutes, and vLLM sends a non-streamed
+   * answer's head only with its body, so for one of those it bounds the whole generation.
+   */
   headersTimeoutMs: number;
   /** Longest gap between two body chunks. */
   bodyTimeoutMs: number;
@@ -22,17 +25,23 @@ export interface ResponseWatch {
   end?(): EndInfo | undefined;
 }
 
-export type CallOutcome = 'ok' | 'engine_error' | 'engine_unreachable' | 'cancelled';
+export type CallOutcome =
+  'ok' | 'engine_error' | 'engine_unreachable' | 'engine_timeout' | 'cancelled';
+
+/** undici's code for a response head that did not come within `headersTimeout`. */
+const HEADERS_TIMEOUT = 'UND_ERR_HEADERS_TIMEOUT';
 
 export class EngineClient {
   private readonly pool: Pool;
   /** The request headers every call sends, made once (undici reads them, never changes them). */
   private readonly headers: Readonly<Record<string, string>>;
+  private readonly headersTimeoutMs: number;
 
   constructor(
     readonly config: EngineConfig,
     timeouts: EngineTimeouts,
   ) {
+    this.headersTimeoutMs = timeouts.headersTimeoutMs;
     this.pool = new Pool(config.url, {
       headersTimeout: timeouts.headersTimeoutMs,
       bodyTimeout: timeouts.bodyTimeoutMs,
@@ -123,7 +132,10 @@ export class EngineClient {
     });
   }
 
-  /** Ends a call that failed: the frame says whether it was cancelled, unreachable or broke off. */
+  /**
+   * Ends a call that failed: the frame says whether it was cancelled, unreachable, timed out
+   * or broke off.
+   */
   private failed(
     err: unknown,
     headSent: boolean,
@@ -134,6 +146,19 @@ export class EngineClient {
     if (why) {
       relay.error({ code: why.frameCode, message: `request cancelled: ${why.message}` });
       return 'cancelled';
+    }
+    // undici times the head only once the request runs on an open connection: the engine had
+    // it and was (for a non-streamed request, most likely) still generating. Calling that
+    // unreachable told clients to retry in 5 s and so run the same long generation again.
+    // undici closed the connection, which makes vLLM abort the request and free its slot.
+    if (!headSent && (err as { code?: unknown } | null)?.code === HEADERS_TIMEOUT) {
+      relay.error({
+        code: 'engine_timeout',
+        message:
+          `engine ${this.name} did not answer within ${this.headersTimeoutMs / 1000} s ` +
+          '(ENGINE_HEADERS_TIMEOUT_MS; a non-streamed answer must be complete within it)',
+      });
+      return 'engine_timeout';
     }
     const message = err instanceof Error ? err.message : String(err);
     relay.error(

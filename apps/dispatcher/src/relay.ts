@@ -9,7 +9,8 @@
 //
 // The start frame waits for the engine's head (or the liveness tick, or the end) and goes in
 // the same message; a non-streaming answer (`whole`) keeps its head and body until the end,
-// so a short request costs one PUBLISH, not three.
+// so a short request costs one PUBLISH, not three. A body that outgrows one data frame stops
+// being kept and goes like a stream's.
 import {
   encodeBundle,
   encodeDataFrame,
@@ -23,6 +24,18 @@ import {
 import type { Redis } from '@sluice/redis';
 import { IdTable } from './id-table.js';
 
+/**
+ * The most body bytes one data frame carries; a larger run of data goes in several frames, a
+ * large chunk split between them. Redis queues each message whole for a subscriber, and by
+ * default drops a subscriber past 32 MB (8 MB for 60 s) of queued messages
+ * (`client-output-buffer-limit pubsub`): with one frame per answer, a single 40 MB
+ * non-streamed answer closed a gateway's reply connection, and every request it held with it.
+ * 256 KiB is a thirty-second of the soft limit and four frames to a bundle, and still holds
+ * nearly every non-streamed answer (a completion's JSON is a few KiB), which then still goes
+ * as one message (docs/redis.md).
+ */
+export const MAX_DATA_FRAME_BYTES = 256 * 1024;
+
 export interface RelaySink {
   publish(channel: string, message: Buffer): void;
   onFrame?(type: Frame['type'], bytes: number): void;
@@ -31,11 +44,15 @@ export interface RelaySink {
 export class ReplyRelay {
   private seq = 0;
   private pending: Buffer[] = [];
+  /** The bytes in `pending`. */
+  private pendingBytes = 0;
   /** The start, not sent yet, and when it was made. */
   private startInfo: StartInfo | undefined;
   private startedAt = 0;
   /** A non-streaming answer's head, kept until the end with its body. */
   private heldHead: HeadInfo | undefined;
+  /** Head and body kept for the end: a non-streaming answer that still fits one data frame. */
+  private holding: boolean;
   lastSentAt: number;
   finished = false;
 
@@ -44,12 +61,13 @@ export class ReplyRelay {
     private readonly channel: string,
     private readonly hub: RelayHub,
     now: number,
-    /** A non-streaming answer: its frames go out together at the end. */
-    private readonly whole: boolean,
+    /** A non-streaming answer: its frames go out together at the end, while they fit. */
+    whole: boolean,
     /** Its key among the hub's open relays: unique, where a job id may run again. */
     readonly key: string,
   ) {
     this.lastSentAt = now;
+    this.holding = whole;
   }
 
   start(info: StartInfo): void {
@@ -58,17 +76,20 @@ export class ReplyRelay {
   }
 
   head(info: HeadInfo): void {
-    if (this.whole) this.heldHead = info;
+    if (this.holding) this.heldHead = info;
     else this.sendHead(info);
   }
 
   data(chunk: Buffer): void {
-    if (this.whole) {
+    if (this.holding) {
       this.pending.push(chunk);
+      this.pendingBytes += chunk.length;
+      if (this.pendingBytes > MAX_DATA_FRAME_BYTES) this.stopHolding();
       return;
     }
     if (this.pending.length === 0) this.hub.schedule(this);
     this.pending.push(chunk);
+    this.pendingBytes += chunk.length;
   }
 
   end(info?: EndInfo): void {
@@ -80,7 +101,17 @@ export class ReplyRelay {
   }
 
   error(info: ErrorInfo): void {
-    this.release();
+    if (this.heldHead) {
+      // Nothing of the answer went out yet: without its head and partial body the gateway can
+      // still answer the error's own status and OpenAI body, where a 200 head already sent
+      // would leave it only a cut connection (an empty reply to the client).
+      this.heldHead = undefined;
+      this.pending = [];
+      this.pendingBytes = 0;
+      if (this.startInfo) this.sendStart();
+    } else {
+      this.release();
+    }
     this.send({ type: 'error', jobId: this.jobId, seq: this.seq++, info });
     this.finished = true;
   }
@@ -96,6 +127,13 @@ export class ReplyRelay {
     if (this.heldHead) this.sendHead(this.heldHead);
     else if (this.startInfo) this.sendStart();
     this.flush();
+  }
+
+  /** A non-streaming body too large for one frame: from here it goes as a stream does. */
+  private stopHolding(): void {
+    this.holding = false;
+    if (this.heldHead) this.sendHead(this.heldHead);
+    this.hub.schedule(this);
   }
 
   private sendStart(): void {
@@ -120,11 +158,37 @@ export class ReplyRelay {
     this.send({ type: 'head', jobId: this.jobId, seq: this.seq++, info });
   }
 
-  /** Publishes pending data as one frame (a non-streaming answer's only at its end). */
+  /**
+   * Publishes pending data: one frame, or several of at most MAX_DATA_FRAME_BYTES each (a
+   * kept non-streaming answer's only at its end).
+   */
   flush(): void {
     if (this.pending.length === 0 || this.finished || this.heldHead) return;
     const chunks = this.pending;
+    const bytes = this.pendingBytes;
     this.pending = [];
+    this.pendingBytes = 0;
+    if (bytes <= MAX_DATA_FRAME_BYTES) return this.sendData(chunks);
+    let part: Buffer[] = [];
+    let room = MAX_DATA_FRAME_BYTES;
+    for (let chunk of chunks) {
+      while (chunk.length > 0) {
+        if (room === 0) {
+          this.sendData(part);
+          part = [];
+          room = MAX_DATA_FRAME_BYTES;
+        }
+        // A view, not a copy: the frame's encoding copies the bytes once.
+        const piece = chunk.length <= room ? chunk : chunk.subarray(0, room);
+        part.push(piece);
+        room -= piece.length;
+        chunk = chunk.subarray(piece.length);
+      }
+    }
+    if (part.length > 0) this.sendData(part);
+  }
+
+  private sendData(chunks: readonly Buffer[]): void {
     const message = encodeDataFrame(this.jobId, this.seq++, chunks);
     this.hub.publish(this, message, 'data', message.length);
   }
@@ -173,7 +237,7 @@ export class RelayHub {
     this.timer.unref();
   }
 
-  /** `whole`: a non-streaming answer, sent in one message at its end. */
+  /** `whole`: a non-streaming answer, sent in one message at its end while it fits one frame. */
   open(jobId: string, channel: string, whole = false): ReplyRelay {
     const key = `r${(this.opened += 1)}`;
     const relay = new ReplyRelay(jobId, channel, this, this.now(), whole, key);

@@ -1,10 +1,14 @@
 // The engine call against the real engine simulator (its faults switched on at run time): what
 // reaches the relay, in which order, and the outcome, for an answer, a 500, a stream cut off
-// mid-body, an engine nobody listens on, and a cancel before and during the call. The relay
-// here records its calls; its own frames and Redis are pinned in relay.test.ts.
+// mid-body, an engine nobody listens on, one that has the request and sends no head in time,
+// and a cancel before and during the call. The relay here records its calls; its own frames
+// and Redis are pinned in relay.test.ts.
 import type { EngineConfig } from '@sluice/config';
 import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
 import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Cancellation, CancelledError } from '../src/cancels.ts';
 import { EngineClient } from '../src/engine-call.ts';
@@ -40,9 +44,9 @@ function recordingRelay() {
   return { relay: relay as unknown as ReplyRelay, calls };
 }
 
-function client(url = sim.url): EngineClient {
+function client(url = sim.url, headersTimeoutMs = 10_000): EngineClient {
   const config: EngineConfig = { name: 'e', url, maxInflight: 4, capSource: 'config', lane: 'any' };
-  const c = new EngineClient(config, { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 });
+  const c = new EngineClient(config, { headersTimeoutMs, bodyTimeoutMs: 10_000 });
   clients.push(c);
   return c;
 }
@@ -130,6 +134,51 @@ describe('engine call', () => {
     expect(calls).toHaveLength(1);
     expect(calls[0]).toMatchObject({ kind: 'error', info: { code: 'engine_unreachable' } });
     expect((calls[0] as { info: ErrorInfo }).info.message).toMatch(/^engine e unreachable: /);
+  });
+
+  it('answers engine_timeout, not engine_unreachable, when the engine has the request and sends no head in time', async () => {
+    // An engine still generating a non-streamed answer: vLLM sends its head only at the end.
+    const requests: Array<{ body: Promise<string>; closed: Promise<unknown> }> = [];
+    const engine = createServer((req) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      requests.push({
+        body: once(req, 'end').then(() => Buffer.concat(chunks).toString()),
+        closed: once(req.socket, 'close'),
+      });
+    });
+    engine.listen(0, '127.0.0.1');
+    await once(engine, 'listening');
+    try {
+      const { port } = engine.address() as AddressInfo;
+      const { relay, calls } = recordingRelay();
+      const sent = body(false, 4000);
+      const outcome = await client(`http://127.0.0.1:${port}`, 200).call(
+        '/v1/chat/completions',
+        sent,
+        relay,
+        new Cancellation(),
+      );
+      expect(outcome).toBe('engine_timeout');
+      expect(calls).toEqual([
+        {
+          kind: 'error',
+          info: {
+            code: 'engine_timeout',
+            message:
+              'engine e did not answer within 0.2 s (ENGINE_HEADERS_TIMEOUT_MS; a non-streamed answer must be complete within it)',
+          },
+        },
+      ]);
+      // The engine had the whole request, and its connection is closed: vLLM aborts the
+      // request then and frees its slot.
+      expect(requests).toHaveLength(1);
+      expect(await requests[0]!.body).toBe(sent);
+      await requests[0]!.closed;
+    } finally {
+      engine.closeAllConnections();
+      engine.close();
+    }
   });
 
   it('cancels before the call without reaching the engine, and during it with the reason given', async () => {

@@ -246,7 +246,7 @@ export const VARIABLES = {
     {
       // 4, so that with detection and the answer itself every held client hears within 5 s.
       fallback: 4,
-      help: "held clients get 503 redis_unavailable (or an in-band error) once the gateway's reply connection has been down this long; the dispatcher then cancels the engine requests nobody can receive",
+      help: "held clients get 503 redis_unavailable (or an in-band error) once the gateway's reply connection has been down this long, or Redis has not answered its probe this long (stopped, partitioned); the dispatcher then cancels the engine requests nobody can receive",
     },
   ),
   SLUICE_SHUTDOWN_DRAIN_SECONDS: v(decimal({ min: 0, max: MAX_TIMER_SECONDS }), {
@@ -275,7 +275,7 @@ export const VARIABLES = {
   }),
   ENGINE_HEADERS_TIMEOUT_MS: v(ms(1), {
     fallback: 900_000,
-    help: "longest wait for an engine's response head; a long prefill can take minutes",
+    help: "longest wait for an engine's response head, then 504 engine_timeout: for a stream its prefill (minutes on a long prompt), for a non-streamed request the whole generation (vLLM sends that head with the complete answer)",
   }),
   ENGINE_BODY_TIMEOUT_MS: v(ms(1), {
     fallback: 300_000,

@@ -39,6 +39,12 @@ export const refusalKinds = {
   shutting_down: retry(503, 1),
   dispatcher_lost: retry(503, 1),
   engine_error: { status: 502, type: 'server_error' },
+  /**
+   * The engine had the request but sent no head within ENGINE_HEADERS_TIMEOUT_MS: for a
+   * non-streamed request, the whole generation took longer. Not retryable as a 503 would be:
+   * the same request would most likely take as long again, on GPU time spent twice.
+   */
+  engine_timeout: { status: 504, type: 'server_error' },
   frame_lost: { status: 502, type: 'server_error' },
   internal_error: { status: 500, type: 'server_error' },
   /** 499 is never sent (nobody is listening); it labels metrics and frames. */
