@@ -1,11 +1,13 @@
 // Every client this replica holds, through what can go wrong around it: the reply
-// connection lost (redis-loss.ts), parked jobs lost by Redis (parked-watch.ts), and a
-// shutdown (drain.ts). Also the one admission check those states imply for new requests.
+// connection lost or Redis silent (redis-loss.ts), parked jobs lost by Redis
+// (parked-watch.ts), and a shutdown (drain.ts). Also the one admission check those states
+// imply for new requests.
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from '@sluice/redis';
 import { drain } from './drain.js';
 import { ParkedWatch } from './parked-watch.js';
-import { ReplyLossWatch } from './redis-loss.js';
+import { ReplyLossWatch, type LossCause } from './redis-loss.js';
+import type { RedisAnswers } from './redis-probe.js';
 import { refusal, type Refusal } from './refuse.js';
 import type { ReplyRouter } from './replies.js';
 
@@ -17,6 +19,8 @@ export interface HeldClientsOptions {
   /** The command connection (bounded by its command timeout). */
   redis: Redis;
   subscriber: Redis;
+  /** The probe's answers: Redis silent for the grace period is lost as a closed connection is. */
+  answers?: RedisAnswers;
   redisLossGraceMs: number;
   drainMs: number;
   log: FastifyBaseLogger;
@@ -39,7 +43,8 @@ export class HeldClients {
     const { replies, redis, subscriber, log } = options;
     this.loss = new ReplyLossWatch(subscriber, {
       graceMs: options.redisLossGraceMs,
-      onLost: () => this.redisLost(),
+      answers: options.answers,
+      onLost: (cause) => this.redisLost(cause),
       onBack: (afterLoss) => this.redisBack(afterLoss),
     });
     this.parked = new ParkedWatch(redis, () => replies.held.values(), {
@@ -96,11 +101,13 @@ export class HeldClients {
     this.options.redis.off('ready', this.onCommandReady);
   }
 
-  private redisLost(): void {
+  private redisLost(cause: LossCause): void {
     const held = [...this.options.replies.held.values()];
     this.options.log.warn(
-      { held: held.length, graceSeconds: this.options.redisLossGraceMs / 1000 },
-      'reply connection lost past the grace period: answering held clients',
+      { held: held.length, graceSeconds: this.options.redisLossGraceMs / 1000, cause },
+      cause === 'closed'
+        ? 'reply connection lost past the grace period: answering held clients'
+        : 'redis not answering past the grace period: answering held clients',
     );
     for (const h of held)
       this.orphans.push(

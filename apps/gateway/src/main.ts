@@ -137,6 +137,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     replies,
     redis,
     subscriber,
+    answers: probe,
     redisLossGraceMs: limits.redisLossGraceSeconds * 1000,
     drainMs: limits.shutdownDrainSeconds * 1000,
     log,
