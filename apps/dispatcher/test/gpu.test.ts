@@ -128,7 +128,11 @@ describe('startGpu', () => {
       quiet,
     );
     const next = (event: 'snapshot' | 'error') =>
-      new Promise<void>((resolve) => source!.on(event, () => resolve()));
+      new Promise<void>((resolve) =>
+        event === 'snapshot'
+          ? source!.on('snapshot', () => resolve())
+          : source!.on('error', () => resolve()),
+      );
     try {
       expect(await series()).toEqual([
         ['0', 0.97],

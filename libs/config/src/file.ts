@@ -338,6 +338,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     return { model, url, ...(apiKey === undefined ? {} : { apiKey }) };
   });
 
-  const tenants = readTenants(check, root, defaults.maxPriority);
+  // After the pools: a tenant's queue bound is checked against their depths.
+  const tenants = readTenants(check, root, defaults.maxPriority, pools);
   return { pools, passthrough, ...(tenants === undefined ? {} : { tenants }) };
 }

@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import type { FileChecker } from './file.js';
 import { decimal, integer, matching, type Rule } from './rules.js';
-import type { TenantConfig } from './types.js';
+import type { PoolConfig, TenantConfig } from './types.js';
 import { shared } from './variables.js';
 
 const KEYS = ['name', 'apiKeys', 'apiKeySha256', 'weight', 'maxQueued', 'maxPriority'] as const;
@@ -25,6 +25,14 @@ export function keyDigest(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
 }
 
+/** What a tenant's `maxQueued` may be, given the shallowest pool it can use. */
+function queuedBelowDepth(tenant: string, pool: PoolConfig): string {
+  const why = `so that tenant ${tenant} alone cannot fill the queue of pool ${pool.name} (queueDepth ${pool.queueDepth}) and lock the other tenants out of it with 503 queue_full`;
+  return pool.queueDepth > 1
+    ? `an integer from 1 to ${pool.queueDepth - 1}, below every pool's queueDepth, ${why}`
+    : `no maxQueued while pool ${pool.name} has queueDepth 1 (any bound would be at its depth; raise its queueDepth to bound tenant ${tenant}), ${why}`;
+}
+
 /** `maxPriority` may not exceed SLUICE_MAX_PRIORITY: the header is clamped to that anyway. */
 function priorityRule(max: number): Rule<number> {
   const base = integer(0, max);
@@ -32,14 +40,31 @@ function priorityRule(max: number): Rule<number> {
 }
 
 /**
+ * The pool whose `queueDepth` bounds every tenant's `maxQueued`: the shallowest (the first of
+ * them in file order). Every tenant may use every pool, and the gateway's admission script
+ * checks the pool's depth before the tenant's bound, so a tenant allowed as many queued
+ * requests as a pool's depth fills that pool's queue and every other tenant gets 503
+ * `queue_full` instead of its place in the fair share. Undefined without pools.
+ */
+function shallowestPool(pools: readonly PoolConfig[]): PoolConfig | undefined {
+  let pool: PoolConfig | undefined;
+  for (const p of pools) if (pool === undefined || p.queueDepth < pool.queueDepth) pool = p;
+  return pool;
+}
+
+/**
  * Reads `tenants` from the file's root mapping; `undefined` when the key is absent (no keys
  * are asked for). Names and keys are unique across tenants: one key in two tenants would make
- * the tenant of a request depend on lookup order.
+ * the tenant of a request depend on lookup order. `pools` are the file's, read before: a
+ * `maxQueued` must stay below each one's `queueDepth` (shallowestPool), and with several
+ * tenants one without `maxQueued` gets the largest value allowed, so that one tenant alone
+ * cannot fill a queue the others share.
  */
 export function readTenants(
   check: FileChecker,
   root: Record<string, unknown>,
   maxPriority: number,
+  pools: readonly PoolConfig[],
 ): TenantConfig[] | undefined {
   if (!Object.hasOwn(root, 'tenants')) return undefined;
   const raw = root['tenants'];
@@ -51,6 +76,13 @@ export function readTenants(
     );
   const list = check.list(raw, 'tenants', 'tenants', true);
   const priority = priorityRule(maxPriority);
+  const shallowest = shallowestPool(pools);
+  // A single tenant only competes with itself: a default bound would turn some of its 503s
+  // into 429s and keep one place of the queue empty, for no one.
+  const defaultMaxQueued =
+    list.length > 1 && shallowest !== undefined && shallowest.queueDepth > 1
+      ? shallowest.queueDepth - 1
+      : undefined;
   const nameAt = new Map<string, string>();
   const digestAt = new Map<string, string>();
 
@@ -96,7 +128,10 @@ export function readTenants(
         'has no key: expected apiKeys or apiKeySha256 with at least one entry',
       );
 
-    const maxQueued = check.optional(tenant, 'maxQueued', path, rules.maxQueued);
+    const maxQueued =
+      check.optional(tenant, 'maxQueued', path, rules.maxQueued) ?? defaultMaxQueued;
+    if (shallowest !== undefined && maxQueued !== undefined && maxQueued >= shallowest.queueDepth)
+      throw check.invalid(`${path}.maxQueued`, maxQueued, queuedBelowDepth(name, shallowest));
     return {
       name,
       keySha256,

@@ -1,7 +1,8 @@
-// The prompt-token estimate: one forward pass over the bytes of the `messages` or `prompt`
-// span the peek found, counting the characters of string values (Unicode code points after
-// unescaping) without decoding them. No allocation, no JSON.parse, never throws; on bytes that
-// are not well-formed JSON it still ends, with a count of whatever it saw.
+// The prompt-token estimate: one forward pass over the bytes of each span the peek found
+// (`messages`, `tools` and `functions` for chat; `prompt` for completions), counting the
+// characters of strings (Unicode code points after unescaping) without decoding them. No
+// allocation, no JSON.parse, never throws; on bytes that are not well-formed JSON it still
+// ends, with a count of whatever it saw.
 //
 // As in scan.ts, the loops compare against byte literals (named in a comment) and copy the
 // table into a local: V8 reloads an imported or module-level binding on every use.
@@ -10,6 +11,15 @@ import type { ByteSpan, PeekedRequest } from './types.js';
 
 /** Characters per token: vLLM's tokenizers average ~4 on English; the engine simulator uses 4. */
 const CHARS_PER_TOKEN = 4;
+
+// What countSpan counts. Messages: the code points of string values (a chat template writes a
+// message's role and content, never its keys). Prompt: ceil(code points / 4) per string, 1 per
+// number (a token id). Definitions (`tools`, `functions`): the code points of every string,
+// keys included, since chat templates write each definition as JSON (`tojson`).
+const VALUES = 0;
+const TOKEN_IDS = 1;
+const ALL_STRINGS = 2;
+type Counting = typeof VALUES | typeof TOKEN_IDS | typeof ALL_STRINGS;
 
 /**
  * Per byte inside a string: 0 for a byte that starts a character (ASCII or a UTF-8 lead byte),
@@ -23,10 +33,13 @@ STRING_BYTE[0x5c] = 8;
 
 /**
  * Estimated prompt tokens of a peeked request for `endpoint`: for `chat`, its `messages` (the
- * characters of every string value in it, over 4, rounded up); for `completion`, its `prompt`
- * (each string ceil(characters / 4), each token id 1); 0 when that field is absent or null.
- * The other field is never read, as vLLM never reads it: its CompletionRequest has no
- * `messages` nor its ChatCompletionRequest a `prompt`, and extra fields are accepted and
+ * characters of every string value in it) plus its `tools` and `functions` (the characters of
+ * every string in them, keys included), over 4, rounded up; for `completion`, its `prompt`
+ * (each string ceil(characters / 4), each token id 1); 0 when those fields are absent or null.
+ * The tool definitions count because the chat template writes them into the prompt the engine
+ * prefills: a 40,000-character tool description is ~10,000 tokens however short the messages.
+ * The other endpoint's field is never read, as vLLM never reads it: its CompletionRequest has
+ * no `messages` nor its ChatCompletionRequest a `prompt`, and extra fields are accepted and
  * ignored (OpenAIBaseModel, `extra="allow"`, vllm/entrypoints/openai/protocol.py). So a body
  * cannot hide a long prompt behind an empty `messages`. See the README
  * ("Prompt-token estimate"). `peeked` must be `peekRequest(body)`; a span that does not fit
@@ -38,22 +51,24 @@ export function estimatePromptTokens(
   endpoint: 'chat' | 'completion',
 ): number {
   if (endpoint === 'chat') {
-    const messages = peeked.messages;
-    return messages === undefined
-      ? 0
-      : Math.ceil(countSpan(body, messages, false) / CHARS_PER_TOKEN);
+    const { messages, tools, functions } = peeked;
+    let chars = 0;
+    if (messages !== undefined) chars += countSpan(body, messages, VALUES);
+    if (tools !== undefined) chars += countSpan(body, tools, ALL_STRINGS);
+    if (functions !== undefined) chars += countSpan(body, functions, ALL_STRINGS);
+    return Math.ceil(chars / CHARS_PER_TOKEN);
   }
   const prompt = peeked.prompt;
-  return prompt === undefined ? 0 : countSpan(body, prompt, true);
+  return prompt === undefined ? 0 : countSpan(body, prompt, TOKEN_IDS);
 }
 
 /**
- * Walks the span once. Object keys (a string followed by ':') never count. `perString` false:
- * returns the total code points of all string values (numbers and literals count nothing).
- * `perString` true: returns the sum of ceil(code points / 4) over the string values, plus 1 per
- * number (a token id).
+ * Walks the span once. VALUES: the total code points of all string values; object keys (a
+ * string followed by ':'), numbers and literals count nothing. TOKEN_IDS: the sum of
+ * ceil(code points / 4) over the string values, plus 1 per number (a token id). ALL_STRINGS:
+ * the total code points of all strings, keys too.
  */
-function countSpan(b: Uint8Array, span: ByteSpan, perString: boolean): number {
+function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
   let i = span.start;
   let n = span.end;
   if (!Number.isSafeInteger(i) || !Number.isSafeInteger(n)) return 0;
@@ -105,12 +120,16 @@ function countSpan(b: Uint8Array, span: ByteSpan, perString: boolean): number {
       }
       if (i < n && b[i] === 0x3a /* : */) {
         i++;
-      } else if (perString) {
+        if (counting === ALL_STRINGS) total += chars;
+      } else if (counting === TOKEN_IDS) {
         total += Math.ceil(chars / CHARS_PER_TOKEN);
       } else {
         total += chars;
       }
-    } else if (perString && (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) /* 0-9 */) {
+    } else if (
+      counting === TOKEN_IDS &&
+      (c === 0x2d /* - */ || (c >= 0x30 && c <= 0x39)) /* 0-9 */
+    ) {
       // A number: one token id, whatever its form.
       total++;
       i++;

@@ -36,6 +36,8 @@ const MESSAGES = 5;
 const PROMPT = 6;
 const MIN_TOKENS = 7;
 const ECHO = 8;
+const TOOLS = 9;
+const FUNCTIONS = 10;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -46,6 +48,8 @@ const MAX_TOKENS_KEY = ascii('max_tokens');
 const MAX_COMPLETION_TOKENS_KEY = ascii('max_completion_tokens');
 const MIN_TOKENS_KEY = ascii('min_tokens');
 const ECHO_KEY = ascii('echo');
+const TOOLS_KEY = ascii('tools');
+const FUNCTIONS_KEY = ascii('functions');
 
 const BY_NAME = new Map<string, number>([
   ['model', MODEL],
@@ -56,6 +60,8 @@ const BY_NAME = new Map<string, number>([
   ['prompt', PROMPT],
   ['min_tokens', MIN_TOKENS],
   ['echo', ECHO],
+  ['tools', TOOLS],
+  ['functions', FUNCTIONS],
 ]);
 /** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 21 * 6;
@@ -74,11 +80,21 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     case 4:
       return b[s] === 0x65 /* e */ && same(b, s, ECHO_KEY) ? ECHO : OTHER;
     case 5:
-      return same(b, s, MODEL_KEY) ? MODEL : OTHER;
+      // model or tools: the first byte picks the one to compare, so `model`, on every
+      // request, costs one byte comparison more than before tools.
+      return b[s] === 0x6d /* m */
+        ? same(b, s, MODEL_KEY)
+          ? MODEL
+          : OTHER
+        : b[s] === 0x74 /* t */ && same(b, s, TOOLS_KEY)
+          ? TOOLS
+          : OTHER;
     case 6:
       return same(b, s, STREAM_KEY) ? STREAM : same(b, s, PROMPT_KEY) ? PROMPT : OTHER;
     case 8:
       return same(b, s, MESSAGES_KEY) ? MESSAGES : OTHER;
+    case 9:
+      return b[s] === 0x66 /* f */ && same(b, s, FUNCTIONS_KEY) ? FUNCTIONS : OTHER;
     case 10:
       // max_tokens or min_tokens: a key not starting with 'm' is neither, and the second byte
       // picks the one to compare, so a 10-byte key costs no more than before min_tokens.
@@ -166,6 +182,10 @@ function peek(b: Uint8Array): PeekedRequest {
   let minTokensStart = -1;
   let minTokensEnd = -1;
   let echoStart = -1;
+  let toolsStart = -1;
+  let toolsEnd = -1;
+  let functionsStart = -1;
+  let functionsEnd = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -213,6 +233,14 @@ function peek(b: Uint8Array): PeekedRequest {
           break;
         case ECHO:
           echoStart = valueStart;
+          break;
+        case TOOLS:
+          toolsStart = valueStart;
+          toolsEnd = i;
+          break;
+        case FUNCTIONS:
+          functionsStart = valueStart;
+          functionsEnd = i;
           break;
       }
       i = skipWhitespace(b, i, n);
@@ -264,6 +292,8 @@ function peek(b: Uint8Array): PeekedRequest {
     }
   }
   if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
+  if (toolsStart >= 0 && b[toolsStart] === LOWER_N) toolsStart = -1;
+  if (functionsStart >= 0 && b[functionsStart] === LOWER_N) functionsStart = -1;
   // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
   // reads 1, "yes", "true" … as true and the rewrite must not prefix a prompt it may echo.
   let echo: boolean | undefined;
@@ -282,6 +312,8 @@ function peek(b: Uint8Array): PeekedRequest {
     echo,
     messages: span(messagesStart, messagesEnd),
     prompt: span(promptStart, promptEnd),
+    tools: span(toolsStart, toolsEnd),
+    functions: span(functionsStart, functionsEnd),
     modelSpan: { start: modelStart, end: modelEnd },
     streamSpan: span(streamStart, streamEnd),
     maxTokensSpan: span(maxTokensStart, maxTokensEnd),

@@ -34,6 +34,14 @@ export interface PeekedRequest {
   readonly messages: ByteSpan | undefined;
   /** The `prompt` value, whatever its type; undefined when absent or null. */
   readonly prompt: ByteSpan | undefined;
+  /**
+   * The `tools` value, whatever its type; undefined when absent or null. Not checked: the
+   * engine refuses a bad one, and Sluice only counts it, since chat templates write the tool
+   * definitions into the prompt.
+   */
+  readonly tools: ByteSpan | undefined;
+  /** The legacy `functions` value, whatever its type; undefined when absent or null. As `tools`. */
+  readonly functions: ByteSpan | undefined;
   /** The `model` value, quotes included. */
   readonly modelSpan: ByteSpan;
   /** The `stream` value, present whenever the key is (null included). */

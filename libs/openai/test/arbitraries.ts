@@ -105,6 +105,13 @@ export const message = fc.record({
   content: fc.oneof(anyString, fc.array(fc.record({ type: fc.constant('text'), text: anyString }))),
 });
 
+/** A tool definition as OpenAI's `tools` (or, without the wrapper, the legacy `functions`) has it. */
+const functionDefinition = fc.record(
+  { name: anyString, description: anyString, parameters: fc.jsonValue({ maxDepth: 2 }) },
+  { requiredKeys: ['name'] },
+);
+const toolDefinition = fc.record({ type: fc.constant('function'), function: functionDefinition });
+
 /** Candidate values of each field Sluice reads: mostly the right type, sometimes not. */
 const fieldValues: Record<string, fc.Arbitrary<Value>> = {
   model: fc.oneof({ weight: 6, arbitrary: anyString }, { weight: 1, arbitrary: json }),
@@ -119,6 +126,16 @@ const fieldValues: Record<string, fc.Arbitrary<Value>> = {
     json,
   ),
   prompt: fc.oneof(anyString, fc.array(fc.nat(50_000)), fc.constant(null), json),
+  tools: fc.oneof(
+    { weight: 2, arbitrary: fc.array(toolDefinition, { maxLength: 2 }) },
+    fc.constant(null),
+    json,
+  ),
+  functions: fc.oneof(
+    { weight: 2, arbitrary: fc.array(functionDefinition, { maxLength: 2 }) },
+    fc.constant(null),
+    json,
+  ),
 };
 const FIELDS = Object.keys(fieldValues);
 
@@ -198,6 +215,8 @@ export const tokenSoup: fc.Arbitrary<string> = fc
         '"max_completion_tokens"',
         '"min_tokens"',
         '"echo"',
+        '"tools"',
+        '"functions"',
         '"mod\\u0065l"',
         '"m"',
         '[]',

@@ -38,6 +38,15 @@ function promptTokens(v: unknown): number {
   return 0;
 }
 
+/** Code points of every string in `v`, object keys included: a tool definition as templates write it. */
+function allCodePoints(v: unknown): number {
+  if (typeof v === 'string') return [...v].length;
+  if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + allCodePoints(x), 0);
+  if (v !== null && typeof v === 'object')
+    return Object.entries(v).reduce((sum, [k, x]) => sum + [...k].length + allCodePoints(x), 0);
+  return 0;
+}
+
 /** Object members in `v`, all levels. */
 function keyCount(v: unknown): number {
   if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + keyCount(x), 0);
@@ -47,13 +56,20 @@ function keyCount(v: unknown): number {
   return 0;
 }
 
-/** Chat reads messages only, completions prompt only, as vLLM's request models do. */
+/**
+ * Chat reads messages and the tool definitions (`tools`, `functions`), completions prompt only,
+ * as vLLM's request models and chat templates do.
+ */
 function referenceEstimate(body: Uint8Array, endpoint: Endpoint): number {
   const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
   const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
   if (endpoint === 'chat') {
     const messages = get('messages');
-    return Array.isArray(messages) ? Math.ceil(codePoints(messages) / 4) : 0;
+    const chars =
+      (Array.isArray(messages) ? codePoints(messages) : 0) +
+      allCodePoints(get('tools')) +
+      allCodePoints(get('functions'));
+    return Math.ceil(chars / 4);
   }
   const prompt = get('prompt');
   return prompt !== undefined && prompt !== null ? promptTokens(prompt) : 0;
@@ -127,6 +143,46 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(chat('[{}]')).toBe(0);
     expect(chat('[{"role":"","content":""}]')).toBe(0);
     expect(chat('[null, 1, true, [], {"a":[]}]')).toBe(0);
+  });
+
+  it('chat: tools and functions count, keys included, summed with messages before rounding', () => {
+    const withTools = (members: string) =>
+      estimate(`{"model":"m","messages":[{"role":"user","content":"hi"}],${members}}`, 'chat');
+    // "user" + "hi" = 6 characters alone: 2 tokens.
+    expect(chat('[{"role":"user","content":"hi"}]')).toBe(2);
+    // + "type" "function" "function" "name" "f" "description" "abcd" = 4+8+8+4+1+11+4 = 40.
+    expect(
+      withTools('"tools":[{"type":"function","function":{"name":"f","description":"abcd"}}]'),
+    ).toBe(Math.ceil(46 / 4));
+    // The legacy functions: + "name" "g" "parameters" "type" "object" = 4+1+10+4+6 = 25.
+    expect(withTools('"functions":[{"name":"g","parameters":{"type":"object"}}]')).toBe(
+      Math.ceil(31 / 4),
+    );
+    // Both, in either order, and null as absent.
+    expect(withTools('"functions":[{"name":"g"}],"tools":[{"name":"f"}]')).toBe(
+      Math.ceil((6 + 5 + 5) / 4),
+    );
+    expect(withTools('"tools":null,"functions":null')).toBe(2);
+    // Numbers and literals in a schema count nothing; escapes and UTF-8 as code points.
+    expect(withTools('"tools":[{"minimum":0,"strict":true,"x":null,"d":"caf\\u00e9 中"}]')).toBe(
+      Math.ceil((6 + 7 + 6 + 1 + 1 + 6) / 4),
+    );
+    // Only the last of duplicate top-level keys, as JSON.parse keeps.
+    expect(withTools('"tools":["abcdefghijklmnop"],"tools":["ab"]')).toBe(2);
+  });
+
+  it('chat: a long tool description is a long prompt, however short the messages', () => {
+    // The reported case: 40,000 characters of description beside "hi" were estimated as 2
+    // tokens; the chat template writes them into the prompt the engine prefills.
+    const description = 'x'.repeat(40_000);
+    const tools = `[{"type":"function","function":{"name":"lookup","description":"${description}","parameters":{"type":"object","properties":{}}}}]`;
+    const body = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":${tools}}`;
+    expect(estimate(body, 'chat')).toBeGreaterThanOrEqual(10_000);
+    expect(estimate(body, 'chat')).toBe(referenceEstimate(bytes(body), 'chat'));
+    const legacy = `{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"lookup","description":"${description}"}]}`;
+    expect(estimate(legacy, 'chat')).toBeGreaterThanOrEqual(10_000);
+    // A completions request has no tools (vLLM's CompletionRequest ignores the field).
+    expect(estimate(`{"model":"m","prompt":"hi","tools":${tools}}`, 'completion')).toBe(1);
   });
 
   it('completions: a string prompt is its characters over 4, rounded up', () => {
@@ -206,6 +262,8 @@ describe('estimatePromptTokens: worked examples', () => {
         const peeked = {
           messages: asPrompt ? undefined : span,
           prompt: asPrompt ? span : undefined,
+          tools: asPrompt ? undefined : span,
+          functions: asPrompt ? undefined : { start: end, end: start },
         } as unknown as PeekedRequest;
         const got = estimatePromptTokens(body, peeked, asPrompt ? 'completion' : 'chat');
         expect(Number.isSafeInteger(got)).toBe(true);
@@ -319,6 +377,38 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
         fc.array(fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' })),
         style,
         (messages, s) => checkField('messages', messages, s),
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('on tools and functions of any JSON values beside messages: every string, keys included', () => {
+    const definitions = fc.array(fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' }), {
+      maxLength: 4,
+    });
+    fc.assert(
+      fc.property(
+        fc.array(message, { maxLength: 3 }),
+        definitions,
+        definitions,
+        fc.constantFrom('tools', 'functions', 'both'),
+        style,
+        (messages, tools, functions, which, s) => {
+          const members: [string, JsonValue][] = [
+            ['model', 'm'],
+            ['messages', messages],
+          ];
+          if (which !== 'functions') members.push(['tools', tools]);
+          if (which !== 'tools') members.push(['functions', functions]);
+          const body = bytes(serialize(new Members(members), s));
+          // As checkField: keys the serializer made duplicates say nothing here.
+          const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
+          fc.pre(
+            keyCount(parsed['tools']) === keyCount(which === 'functions' ? undefined : tools) &&
+              keyCount(parsed['functions']) === keyCount(which === 'tools' ? undefined : functions),
+          );
+          check(body, 'chat');
+        },
       ),
       { numRuns: 2000 },
     );

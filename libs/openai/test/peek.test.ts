@@ -25,6 +25,8 @@ describe('peekRequest: a chat request', () => {
       echo: undefined,
       messages: { start, end: at(body, '],') + 1 },
       prompt: undefined,
+      tools: undefined,
+      functions: undefined,
       modelSpan: { start: 9, end: 17 },
       streamSpan: { start: at(body, 'true'), end: at(body, 'true') + 4 },
       maxTokensSpan: { start: at(body, '128'), end: at(body, '128') + 3 },
@@ -50,6 +52,39 @@ describe('peekRequest: a chat request', () => {
     expect(parsed.max_tokens).toBe(64);
     expect(parsed.messages[0]).toStrictEqual({ role: 'system', content: 'be brief' });
     expect(parsed.messages).toHaveLength(2);
+  });
+
+  it('reads where tools and the legacy functions sit, of any type, null as absent', () => {
+    const tools = '[{"type":"function","function":{"name":"f","description":"d"}}]';
+    const body = `{"model":"m","messages":[],"tools":${tools},"functions":[{"name":"g"}]}`;
+    const r = peek(body);
+    expect(r.tools).toStrictEqual({ start: at(body, tools), end: at(body, tools) + tools.length });
+    expect(r.functions).toStrictEqual({
+      start: at(body, '[{"name"'),
+      end: body.length - 1,
+    });
+    // Not checked (it gates nothing; the engine refuses a bad one): any value is a span.
+    expect(peek('{"model":"m","tools":"abc"}').tools).toStrictEqual({ start: 21, end: 26 });
+    expect(peek('{"model":"m","functions":7}').functions).toStrictEqual({ start: 25, end: 26 });
+    expect(peek('{"model":"m","tools":null,"functions":null}')).toMatchObject({
+      tools: undefined,
+      functions: undefined,
+    });
+    // Escaped keys are the same keys; the last of duplicates wins; nested ones are not top-level.
+    expect(peek('{"model":"m","t\\u006fols":[1]}').tools).toStrictEqual({ start: 26, end: 29 });
+    expect(peek('{"model":"m","tools":[1],"tools":[22]}').tools).toStrictEqual({
+      start: 33,
+      end: 37,
+    });
+    expect(peek('{"model":"m","x":{"tools":[1],"functions":[2]}}')).toMatchObject({
+      tools: undefined,
+      functions: undefined,
+    });
+    // Keys of the same lengths that are neither.
+    expect(peek('{"model":"m","toolz":[1],"functionz":[2],"Tools":[3]}')).toMatchObject({
+      tools: undefined,
+      functions: undefined,
+    });
   });
 
   it('reads a completions request: prompt of any type', () => {

@@ -27,6 +27,8 @@ describe('rewriteRequest: members of the top-level object', () => {
       echo: undefined,
       messages: undefined,
       prompt: undefined,
+      tools: undefined,
+      functions: undefined,
       modelSpan: { start: 2, end: 2 },
       streamSpan: undefined,
       maxTokensSpan: undefined,
