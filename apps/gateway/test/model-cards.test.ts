@@ -54,7 +54,7 @@ passthrough:
   return loadConfig({ SLUICE_CONFIG: '/etc/sluice.yaml' }, () => yaml);
 }
 
-const list = (...cards: object[]) => JSON.stringify({ object: 'list', data: cards });
+const list = (...cards: unknown[]) => JSON.stringify({ object: 'list', data: cards });
 
 describe('the model list', () => {
   it("serves each pool's models with its own engines' cards, and Sluice's own card for the rest", async () => {
