@@ -1,5 +1,5 @@
 // The prompt-token estimate: one forward pass over the bytes of each span the peek found
-// (`messages`, `tools` and `functions` for chat; `prompt` for completions), counting the
+// (`messages`, `tools` and `documents` for chat; `prompt` for completions), counting the
 // characters of strings (Unicode code points after unescaping) without decoding them. No
 // allocation, no JSON.parse, never throws; on bytes that are not well-formed JSON it still
 // ends, with a count of whatever it saw.
@@ -14,7 +14,7 @@ const CHARS_PER_TOKEN = 4;
 
 // What countSpan counts. Messages: the code points of string values (a chat template writes a
 // message's role and content, never its keys). Prompt: ceil(code points / 4) per string, 1 per
-// number (a token id). Definitions (`tools`, `functions`): the code points of every string,
+// number (a token id). Definitions (`tools`, RAG `documents`): the code points of every string,
 // keys included, since chat templates write each definition as JSON (`tojson`).
 const VALUES = 0;
 const TOKEN_IDS = 1;
@@ -33,7 +33,7 @@ STRING_BYTE[0x5c] = 8;
 
 /**
  * Estimated prompt tokens of a peeked request for `endpoint`: for `chat`, its `messages` (the
- * characters of every string value in it) plus its `tools` and `functions` (the characters of
+ * characters of every string value in it) plus its `tools` and `documents` (the characters of
  * every string in them, keys included), over 4, rounded up; for `completion`, its `prompt`
  * (each string ceil(characters / 4), each token id 1); 0 when those fields are absent or null.
  * The tool definitions count because the chat template writes them into the prompt the engine
@@ -51,11 +51,11 @@ export function estimatePromptTokens(
   endpoint: 'chat' | 'completion',
 ): number {
   if (endpoint === 'chat') {
-    const { messages, tools, functions } = peeked;
+    const { messages, tools, documents } = peeked;
     let chars = 0;
     if (messages !== undefined) chars += countSpan(body, messages, VALUES);
     if (tools !== undefined) chars += countSpan(body, tools, ALL_STRINGS);
-    if (functions !== undefined) chars += countSpan(body, functions, ALL_STRINGS);
+    if (documents !== undefined) chars += countSpan(body, documents, ALL_STRINGS);
     return Math.ceil(chars / CHARS_PER_TOKEN);
   }
   const prompt = peeked.prompt;

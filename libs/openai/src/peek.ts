@@ -37,7 +37,7 @@ const PROMPT = 6;
 const MIN_TOKENS = 7;
 const ECHO = 8;
 const TOOLS = 9;
-const FUNCTIONS = 10;
+const DOCUMENTS = 10;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -49,7 +49,7 @@ const MAX_COMPLETION_TOKENS_KEY = ascii('max_completion_tokens');
 const MIN_TOKENS_KEY = ascii('min_tokens');
 const ECHO_KEY = ascii('echo');
 const TOOLS_KEY = ascii('tools');
-const FUNCTIONS_KEY = ascii('functions');
+const DOCUMENTS_KEY = ascii('documents');
 
 const BY_NAME = new Map<string, number>([
   ['model', MODEL],
@@ -61,7 +61,7 @@ const BY_NAME = new Map<string, number>([
   ['min_tokens', MIN_TOKENS],
   ['echo', ECHO],
   ['tools', TOOLS],
-  ['functions', FUNCTIONS],
+  ['documents', DOCUMENTS],
 ]);
 /** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 21 * 6;
@@ -94,7 +94,7 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     case 8:
       return same(b, s, MESSAGES_KEY) ? MESSAGES : OTHER;
     case 9:
-      return b[s] === 0x66 /* f */ && same(b, s, FUNCTIONS_KEY) ? FUNCTIONS : OTHER;
+      return b[s] === 0x64 /* d */ && same(b, s, DOCUMENTS_KEY) ? DOCUMENTS : OTHER;
     case 10:
       // max_tokens or min_tokens: a key not starting with 'm' is neither, and the second byte
       // picks the one to compare, so a 10-byte key costs no more than before min_tokens.
@@ -184,8 +184,8 @@ function peek(b: Uint8Array): PeekedRequest {
   let echoStart = -1;
   let toolsStart = -1;
   let toolsEnd = -1;
-  let functionsStart = -1;
-  let functionsEnd = -1;
+  let documentsStart = -1;
+  let documentsEnd = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -238,9 +238,9 @@ function peek(b: Uint8Array): PeekedRequest {
           toolsStart = valueStart;
           toolsEnd = i;
           break;
-        case FUNCTIONS:
-          functionsStart = valueStart;
-          functionsEnd = i;
+        case DOCUMENTS:
+          documentsStart = valueStart;
+          documentsEnd = i;
           break;
       }
       i = skipWhitespace(b, i, n);
@@ -293,7 +293,7 @@ function peek(b: Uint8Array): PeekedRequest {
   }
   if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
   if (toolsStart >= 0 && b[toolsStart] === LOWER_N) toolsStart = -1;
-  if (functionsStart >= 0 && b[functionsStart] === LOWER_N) functionsStart = -1;
+  if (documentsStart >= 0 && b[documentsStart] === LOWER_N) documentsStart = -1;
   // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
   // reads 1, "yes", "true" … as true and the rewrite must not prefix a prompt it may echo.
   let echo: boolean | undefined;
@@ -313,7 +313,7 @@ function peek(b: Uint8Array): PeekedRequest {
     messages: span(messagesStart, messagesEnd),
     prompt: span(promptStart, promptEnd),
     tools: span(toolsStart, toolsEnd),
-    functions: span(functionsStart, functionsEnd),
+    documents: span(documentsStart, documentsEnd),
     modelSpan: { start: modelStart, end: modelEnd },
     streamSpan: span(streamStart, streamEnd),
     maxTokensSpan: span(maxTokensStart, maxTokensEnd),

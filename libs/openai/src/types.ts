@@ -40,8 +40,13 @@ export interface PeekedRequest {
    * definitions into the prompt.
    */
   readonly tools: ByteSpan | undefined;
-  /** The legacy `functions` value, whatever its type; undefined when absent or null. As `tools`. */
-  readonly functions: ByteSpan | undefined;
+  /**
+   * vLLM's `documents` (RAG: a chat template that supports them writes them into the prompt;
+   * `ChatCompletionRequest` in vllm/entrypoints/openai/protocol.py), whatever its type;
+   * undefined when absent or null. As `tools`. OpenAI's legacy `functions` is not read: vLLM
+   * has no such field and ignores it, so it never reaches the prompt.
+   */
+  readonly documents: ByteSpan | undefined;
   /** The `model` value, quotes included. */
   readonly modelSpan: ByteSpan;
   /** The `stream` value, present whenever the key is (null included). */

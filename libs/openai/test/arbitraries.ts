@@ -105,7 +105,7 @@ export const message = fc.record({
   content: fc.oneof(anyString, fc.array(fc.record({ type: fc.constant('text'), text: anyString }))),
 });
 
-/** A tool definition as OpenAI's `tools` (or, without the wrapper, the legacy `functions`) has it. */
+/** A tool definition as OpenAI's `tools` has it; it serves as a RAG `documents` entry too (any object). */
 const functionDefinition = fc.record(
   { name: anyString, description: anyString, parameters: fc.jsonValue({ maxDepth: 2 }) },
   { requiredKeys: ['name'] },
@@ -131,7 +131,7 @@ const fieldValues: Record<string, fc.Arbitrary<Value>> = {
     fc.constant(null),
     json,
   ),
-  functions: fc.oneof(
+  documents: fc.oneof(
     { weight: 2, arbitrary: fc.array(functionDefinition, { maxLength: 2 }) },
     fc.constant(null),
     json,
@@ -216,7 +216,7 @@ export const tokenSoup: fc.Arbitrary<string> = fc
         '"min_tokens"',
         '"echo"',
         '"tools"',
-        '"functions"',
+        '"documents"',
         '"mod\\u0065l"',
         '"m"',
         '[]',

@@ -57,7 +57,7 @@ function keyCount(v: unknown): number {
 }
 
 /**
- * Chat reads messages and the tool definitions (`tools`, `functions`), completions prompt only,
+ * Chat reads messages and the tool definitions (`tools`, `documents`), completions prompt only,
  * as vLLM's request models and chat templates do.
  */
 function referenceEstimate(body: Uint8Array, endpoint: Endpoint): number {
@@ -68,7 +68,7 @@ function referenceEstimate(body: Uint8Array, endpoint: Endpoint): number {
     const chars =
       (Array.isArray(messages) ? codePoints(messages) : 0) +
       allCodePoints(get('tools')) +
-      allCodePoints(get('functions'));
+      allCodePoints(get('documents'));
     return Math.ceil(chars / 4);
   }
   const prompt = get('prompt');
@@ -145,7 +145,7 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(chat('[null, 1, true, [], {"a":[]}]')).toBe(0);
   });
 
-  it('chat: tools and functions count, keys included, summed with messages before rounding', () => {
+  it('chat: tools and documents count, keys included, summed with messages before rounding', () => {
     const withTools = (members: string) =>
       estimate(`{"model":"m","messages":[{"role":"user","content":"hi"}],${members}}`, 'chat');
     // "user" + "hi" = 6 characters alone: 2 tokens.
@@ -154,15 +154,15 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(
       withTools('"tools":[{"type":"function","function":{"name":"f","description":"abcd"}}]'),
     ).toBe(Math.ceil(46 / 4));
-    // The legacy functions: + "name" "g" "parameters" "type" "object" = 4+1+10+4+6 = 25.
-    expect(withTools('"functions":[{"name":"g","parameters":{"type":"object"}}]')).toBe(
+    // RAG documents count the same way: + "name" "g" "parameters" "type" "object" = 4+1+10+4+6 = 25.
+    expect(withTools('"documents":[{"name":"g","parameters":{"type":"object"}}]')).toBe(
       Math.ceil(31 / 4),
     );
     // Both, in either order, and null as absent.
-    expect(withTools('"functions":[{"name":"g"}],"tools":[{"name":"f"}]')).toBe(
+    expect(withTools('"documents":[{"name":"g"}],"tools":[{"name":"f"}]')).toBe(
       Math.ceil((6 + 5 + 5) / 4),
     );
-    expect(withTools('"tools":null,"functions":null')).toBe(2);
+    expect(withTools('"tools":null,"documents":null')).toBe(2);
     // Numbers and literals in a schema count nothing; escapes and UTF-8 as code points.
     expect(withTools('"tools":[{"minimum":0,"strict":true,"x":null,"d":"caf\\u00e9 中"}]')).toBe(
       Math.ceil((6 + 7 + 6 + 1 + 1 + 6) / 4),
@@ -179,8 +179,14 @@ describe('estimatePromptTokens: worked examples', () => {
     const body = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":${tools}}`;
     expect(estimate(body, 'chat')).toBeGreaterThanOrEqual(10_000);
     expect(estimate(body, 'chat')).toBe(referenceEstimate(bytes(body), 'chat'));
+    const rag = `{"model":"m","messages":[{"role":"user","content":"hi"}],"documents":[{"title":"lookup","text":"${description}"}]}`;
+    expect(estimate(rag, 'chat')).toBeGreaterThanOrEqual(10_000);
+    // OpenAI's legacy `functions` is not a field of vLLM's ChatCompletionRequest: ignored, it
+    // never reaches the prompt, so it is not counted.
     const legacy = `{"model":"m","messages":[{"role":"user","content":"hi"}],"functions":[{"name":"lookup","description":"${description}"}]}`;
-    expect(estimate(legacy, 'chat')).toBeGreaterThanOrEqual(10_000);
+    expect(estimate(legacy, 'chat')).toBe(
+      estimate('{"model":"m","messages":[{"role":"user","content":"hi"}]}', 'chat'),
+    );
     // A completions request has no tools (vLLM's CompletionRequest ignores the field).
     expect(estimate(`{"model":"m","prompt":"hi","tools":${tools}}`, 'completion')).toBe(1);
   });
@@ -263,7 +269,7 @@ describe('estimatePromptTokens: worked examples', () => {
           messages: asPrompt ? undefined : span,
           prompt: asPrompt ? span : undefined,
           tools: asPrompt ? undefined : span,
-          functions: asPrompt ? undefined : { start: end, end: start },
+          documents: asPrompt ? undefined : { start: end, end: start },
         } as unknown as PeekedRequest;
         const got = estimatePromptTokens(body, peeked, asPrompt ? 'completion' : 'chat');
         expect(Number.isSafeInteger(got)).toBe(true);
@@ -382,7 +388,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
     );
   });
 
-  it('on tools and functions of any JSON values beside messages: every string, keys included', () => {
+  it('on tools and documents of any JSON values beside messages: every string, keys included', () => {
     const definitions = fc.array(fc.jsonValue({ maxDepth: 4, stringUnit: 'binary' }), {
       maxLength: 4,
     });
@@ -391,21 +397,21 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
         fc.array(message, { maxLength: 3 }),
         definitions,
         definitions,
-        fc.constantFrom('tools', 'functions', 'both'),
+        fc.constantFrom('tools', 'documents', 'both'),
         style,
-        (messages, tools, functions, which, s) => {
+        (messages, tools, documents, which, s) => {
           const members: [string, JsonValue][] = [
             ['model', 'm'],
             ['messages', messages],
           ];
-          if (which !== 'functions') members.push(['tools', tools]);
-          if (which !== 'tools') members.push(['functions', functions]);
+          if (which !== 'documents') members.push(['tools', tools]);
+          if (which !== 'tools') members.push(['documents', documents]);
           const body = bytes(serialize(new Members(members), s));
           // As checkField: keys the serializer made duplicates say nothing here.
           const parsed = JSON.parse(Buffer.from(body).toString('utf8')) as Record<string, unknown>;
           fc.pre(
-            keyCount(parsed['tools']) === keyCount(which === 'functions' ? undefined : tools) &&
-              keyCount(parsed['functions']) === keyCount(which === 'tools' ? undefined : functions),
+            keyCount(parsed['tools']) === keyCount(which === 'documents' ? undefined : tools) &&
+              keyCount(parsed['documents']) === keyCount(which === 'tools' ? undefined : documents),
           );
           check(body, 'chat');
         },

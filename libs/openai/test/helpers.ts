@@ -130,7 +130,7 @@ export function checkAgainstOracle(body: Uint8Array): PeekedRequest | RequestPee
   checkSpan(body, parsed, 'messages', result.messages, true);
   checkSpan(body, parsed, 'prompt', result.prompt, true);
   checkSpan(body, parsed, 'tools', result.tools, true);
-  checkSpan(body, parsed, 'functions', result.functions, true);
+  checkSpan(body, parsed, 'documents', result.documents, true);
   checkSpan(body, parsed, 'model', result.modelSpan, false);
   checkSpan(body, parsed, 'stream', result.streamSpan, false);
   checkSpan(body, parsed, 'max_tokens', result.maxTokensSpan, false);

@@ -26,7 +26,7 @@ describe('peekRequest: a chat request', () => {
       messages: { start, end: at(body, '],') + 1 },
       prompt: undefined,
       tools: undefined,
-      functions: undefined,
+      documents: undefined,
       modelSpan: { start: 9, end: 17 },
       streamSpan: { start: at(body, 'true'), end: at(body, 'true') + 4 },
       maxTokensSpan: { start: at(body, '128'), end: at(body, '128') + 3 },
@@ -54,21 +54,21 @@ describe('peekRequest: a chat request', () => {
     expect(parsed.messages).toHaveLength(2);
   });
 
-  it('reads where tools and the legacy functions sit, of any type, null as absent', () => {
+  it('reads where tools and RAG documents sit, of any type, null as absent', () => {
     const tools = '[{"type":"function","function":{"name":"f","description":"d"}}]';
-    const body = `{"model":"m","messages":[],"tools":${tools},"functions":[{"name":"g"}]}`;
+    const body = `{"model":"m","messages":[],"tools":${tools},"documents":[{"name":"g"}]}`;
     const r = peek(body);
     expect(r.tools).toStrictEqual({ start: at(body, tools), end: at(body, tools) + tools.length });
-    expect(r.functions).toStrictEqual({
+    expect(r.documents).toStrictEqual({
       start: at(body, '[{"name"'),
       end: body.length - 1,
     });
     // Not checked (it gates nothing; the engine refuses a bad one): any value is a span.
     expect(peek('{"model":"m","tools":"abc"}').tools).toStrictEqual({ start: 21, end: 26 });
-    expect(peek('{"model":"m","functions":7}').functions).toStrictEqual({ start: 25, end: 26 });
-    expect(peek('{"model":"m","tools":null,"functions":null}')).toMatchObject({
+    expect(peek('{"model":"m","documents":7}').documents).toStrictEqual({ start: 25, end: 26 });
+    expect(peek('{"model":"m","tools":null,"documents":null}')).toMatchObject({
       tools: undefined,
-      functions: undefined,
+      documents: undefined,
     });
     // Escaped keys are the same keys; the last of duplicates wins; nested ones are not top-level.
     expect(peek('{"model":"m","t\\u006fols":[1]}').tools).toStrictEqual({ start: 26, end: 29 });
@@ -76,14 +76,14 @@ describe('peekRequest: a chat request', () => {
       start: 33,
       end: 37,
     });
-    expect(peek('{"model":"m","x":{"tools":[1],"functions":[2]}}')).toMatchObject({
+    expect(peek('{"model":"m","x":{"tools":[1],"documents":[2]}}')).toMatchObject({
       tools: undefined,
-      functions: undefined,
+      documents: undefined,
     });
     // Keys of the same lengths that are neither.
     expect(peek('{"model":"m","toolz":[1],"functionz":[2],"Tools":[3]}')).toMatchObject({
       tools: undefined,
-      functions: undefined,
+      documents: undefined,
     });
   });
 

@@ -28,7 +28,7 @@ describe('rewriteRequest: members of the top-level object', () => {
       messages: undefined,
       prompt: undefined,
       tools: undefined,
-      functions: undefined,
+      documents: undefined,
       modelSpan: { start: 2, end: 2 },
       streamSpan: undefined,
       maxTokensSpan: undefined,
