@@ -11,7 +11,7 @@
 // token counts (a dispatcher of the previous version sends none); `alive` carries nothing.
 // The header is ASCII, so the gateway finds the payload without decoding it.
 import { ProtocolError } from './errors.js';
-import { parseRejectReason, type RejectReason } from './reasons.js';
+import { isRejectReason, type RejectReason } from './reasons.js';
 
 export type FrameType = 'start' | 'head' | 'data' | 'end' | 'error' | 'alive';
 
@@ -147,6 +147,18 @@ export function frameJobId(message: Buffer): string | undefined {
   return space > 1 ? message.toString('latin1', 1, space) : undefined;
 }
 
+/**
+ * An error frame's reason as this side knows it. A newer dispatcher may end a job with a
+ * reason this gateway's table lacks (`engine_timeout`, December 2026), mid-rollout: the client
+ * still gets the error and its message, as `internal_error`, with the code named, instead of
+ * the whole frame being dropped as unreadable. A code that is not a plain name is not repeated.
+ */
+function knownReason(info: ErrorInfo): ErrorInfo {
+  if (isRejectReason(info.code)) return info;
+  const named = /^[a-z_]{1,64}$/.test(info.code) ? ` (${info.code}, unknown to this gateway)` : '';
+  return { ...info, code: 'internal_error', message: `${info.message}${named}` };
+}
+
 export function decodeFrame(message: Buffer): Frame {
   const type = types[message[0] ?? -1];
   if (type === undefined)
@@ -179,8 +191,7 @@ export function decodeFrame(message: Buffer): Frame {
     case 'head':
       return { type, jobId, seq, info: parseInfo(type, payload) as HeadInfo };
     case 'error': {
-      const info = parseInfo(type, payload) as ErrorInfo;
-      parseRejectReason(info.code);
+      const info = knownReason(parseInfo(type, payload) as ErrorInfo);
       if (
         info.retryAfter !== undefined &&
         !(typeof info.retryAfter === 'number' && info.retryAfter >= 0)

@@ -43,7 +43,6 @@ export {
 } from './stats.js';
 export {
   isRejectReason,
-  parseRejectReason,
   refusal,
   refusalKinds,
   rejectReasons,

@@ -5,7 +5,6 @@
 // place that answers a refusal reads this table instead of choosing a status itself.
 //
 // Every 503 and 429 is retryable and carries `Retry-After` (RFC 9110 §10.2.3).
-import { ProtocolError } from './errors.js';
 
 export type OpenAIErrorType =
   'invalid_request_error' | 'authentication_error' | 'rate_limit_error' | 'server_error';
@@ -99,11 +98,4 @@ export function refusal(reason: RejectReason, message: string, retryAfter?: numb
     message,
     retryAfter: Math.max(1, Math.ceil(retryAfter ?? kind.retryAfter)),
   };
-}
-
-/** Reads a reason that came over the wire; anything else is a protocol error. */
-export function parseRejectReason(value: string): RejectReason {
-  if (!isRejectReason(value))
-    throw new ProtocolError(`unknown reject reason ${JSON.stringify(value)}`);
-  return value;
 }
