@@ -19,14 +19,33 @@ export interface EngineTimeouts {
 
 /** What the caller watches of a response body as it is relayed. */
 export interface ResponseWatch {
-  firstByte?(): void;
+  /** The first chunk of the body, with the status of the head it came under. */
+  firstByte?(status: number): void;
   data?(chunk: Buffer): void;
   /** At the end of the body: the token counts the end frame carries, if any. */
   end?(): EndInfo | undefined;
 }
 
-export type CallOutcome =
-  'ok' | 'engine_error' | 'engine_unreachable' | 'engine_timeout' | 'cancelled';
+/**
+ * How a call ended; `sluice_completed_total` counts them by this name (its HELP and
+ * docs/metrics.md list them). `client_error`: the engine refused the request with a 4xx (a
+ * prompt over max_model_len, a parameter it does not take), relayed to the client as it came.
+ */
+export const callOutcomes = [
+  'ok',
+  'client_error',
+  'engine_error',
+  'engine_unreachable',
+  'engine_timeout',
+  'cancelled',
+] as const;
+export type CallOutcome = (typeof callOutcomes)[number];
+
+/** A whole answer's outcome by its status: a 4xx is the request's fault, not the engine's. */
+function answered(status: number): CallOutcome {
+  if (status >= 500) return 'engine_error';
+  return status >= 400 ? 'client_error' : 'ok';
+}
 
 /** undici's code for a response head that did not come within `headersTimeout`. */
 const HEADERS_TIMEOUT = 'UND_ERR_HEADERS_TIMEOUT';
@@ -62,7 +81,8 @@ export class EngineClient {
 
   /**
    * Sends `body` to the engine and relays the answer; never throws. `watch.firstByte` runs
-   * once, at the first chunk of the response body (for a stream: the first token);
+   * once, at the first chunk of the response body (for a 2xx stream: the first token; for an
+   * error answer: its error body, which says nothing of a prefill);
    * `watch.data` sees every chunk as it is relayed.
    *
    * Dispatched with a handler of its own rather than `request()`: each chunk goes from
@@ -107,7 +127,7 @@ export class EngineClient {
         },
         onResponseData(_c, chunk) {
           if (first) {
-            first();
+            first(status);
             first = undefined;
           }
           if (settled) return;
@@ -118,7 +138,7 @@ export class EngineClient {
           if (settled) return;
           markStage('dispatcher.engine-end');
           relay.end(watch.end?.());
-          settle(status < 500 ? 'ok' : 'engine_error');
+          settle(answered(status));
         },
         onResponseError(_c, err) {
           if (!settled) fail(err);

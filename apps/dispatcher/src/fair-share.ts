@@ -1,14 +1,17 @@
 // The fair share of one pool among its tenants, as the leader runs it: before each take, the
 // tenant with waiting work and the least weighted service (`@sluice/admission`'s Virtual
 // Token Counter) has its next job moved to the front of the queue; input tokens are charged
-// at release, output tokens as they stream. The counters live in this process and are
+// at release, output tokens as they stream. The input charge is made when the release loop
+// lets a job go (`released`, in turn with the picks, so the next pick sees it) and given back
+// when the job runner then skips the job (`notRun`); the tenant's counters count it only once
+// it really goes to its engine (`started`). The counters live in this process and are
 // written to Redis (keys.fairShare) every second and at a handover, with who was waiting,
 // so the next leader goes on from them (docs/broker.md, "Tenants and fair share").
 //
 // Each pick sends the move and the reading for the next pick ahead of the take, on BullMQ's
 // connection (tenant-queues.ts): once the take answered, the next pick needs no read of its
 // own unless the take got another job than the reading's next (`taken`).
-import { VirtualTokenCounter, type FairShareState } from '@sluice/admission';
+import { VirtualTokenCounter, type FairShareOptions, type FairShareState } from '@sluice/admission';
 import type { TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
@@ -53,6 +56,7 @@ export interface TenantView {
 export class FairShare {
   private readonly queues: TenantQueues;
   private readonly weights: ReadonlyMap<string, number>;
+  private readonly options: FairShareOptions;
   private counter: VirtualTokenCounter;
   private readonly inflight = new Map<string, number>();
   private queued = new Map<string, number>();
@@ -66,7 +70,8 @@ export class FairShare {
   constructor(private readonly deps: FairShareDeps) {
     const names = deps.tenants.map((t) => t.name);
     this.weights = new Map(deps.tenants.map((t) => [t.name, t.weight]));
-    this.counter = new VirtualTokenCounter({ weights: this.weights });
+    this.options = { weights: this.weights };
+    this.counter = new VirtualTokenCounter(this.options);
     this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.bull, deps.queue);
     this.warn = limitedWarn(deps.log);
   }
@@ -85,11 +90,7 @@ export class FairShare {
         // Only configured tenants, and only numbers: a stale or foreign field is ignored.
         if (this.weights.has(tenant) && Number.isFinite(n) && n >= 0) counters[tenant] = n;
       }
-      this.counter = new VirtualTokenCounter(
-        { weights: this.weights },
-        counters,
-        this.readState(stored),
-      );
+      this.counter = new VirtualTokenCounter(this.options, counters, this.readState(stored));
       this.setCounterMetrics();
     } catch (err) {
       log.warn({ pool, err: (err as Error).message }, 'reading fair-share counters failed');
@@ -177,20 +178,53 @@ export class FairShare {
     this.deps.metrics.fairSharePicks.inc({ pool: this.deps.pool, outcome: 'promoted' });
   }
 
-  /** A job of `payload.tenant` was released: its input is charged, it left the queue. */
+  /**
+   * The release loop let a job of `payload.tenant` go: it left the queue, and its input is
+   * charged now, in turn with the picks, so the next pick sees it (the runner's checks before
+   * the engine call take a Redis round trip, too late for that pick). `started` or `notRun`
+   * follows.
+   */
   released(jobId: string, payload: JobPayload): void {
     const tenant = payload.tenant;
     if (tenant === undefined || !this.weights.has(tenant)) return;
     this.queues.remove(tenant, jobId);
-    const input = payload.promptTokens ?? 0;
-    this.counter.chargeInput(tenant, input);
+    this.counter.chargeInput(tenant, payload.promptTokens ?? 0);
     this.dirty = true;
-    const labels = { pool: this.deps.pool, tenant };
-    this.deps.metrics.tenantReleased.inc(labels);
-    // Named, not `{ ...labels, kind }` (docs/performance.md, "A property after a spread").
-    this.deps.metrics.tenantTokens.inc({ pool: this.deps.pool, tenant, kind: 'input' }, input);
     this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
-    this.deps.metrics.tenantInflight.set(labels, this.inflight.get(tenant)!);
+    this.deps.metrics.tenantInflight.set(
+      { pool: this.deps.pool, tenant },
+      this.inflight.get(tenant)!,
+    );
+  }
+
+  /** A job `released` really goes to its engine: the tenant's counters count it. */
+  started(payload: JobPayload): void {
+    const tenant = payload.tenant;
+    if (tenant === undefined || !this.weights.has(tenant)) return;
+    const pool = this.deps.pool;
+    this.deps.metrics.tenantReleased.inc({ pool, tenant });
+    this.deps.metrics.tenantTokens.inc({ pool, tenant, kind: 'input' }, payload.promptTokens ?? 0);
+  }
+
+  /**
+   * A job `released` was not run after all (its client left, it was cancelled, its body was
+   * gone): its input charge is given back, so a tenant whose jobs never reached an engine does
+   * not fall behind in the order. Rare, so the counter is rebuilt (it only adds); a lift
+   * since the charge is kept, the charge alone taken off.
+   */
+  notRun(payload: JobPayload): void {
+    const tenant = payload.tenant;
+    if (tenant === undefined || !this.weights.has(tenant)) return;
+    const charge = new VirtualTokenCounter(this.options);
+    charge.chargeInput(tenant, payload.promptTokens ?? 0);
+    const cost = charge.counter(tenant);
+    if (cost === 0) return;
+    this.counter = new VirtualTokenCounter(
+      this.options,
+      { ...this.counter.snapshot(), [tenant]: Math.max(0, this.counter.counter(tenant) - cost) },
+      this.counter.state(),
+    );
+    this.dirty = true;
   }
 
   /** The run of a released job ended. */

@@ -31,7 +31,11 @@ export interface JobRunnerDeps {
   now: () => number;
   /** A job went to its engine (the drain rate counts these). */
   released: () => void;
-  /** The pool's fair share among tenants, charged with output tokens; absent without tenants. */
+  /**
+   * The pool's fair share among tenants; absent without tenants. Told when a job goes to its
+   * engine (`started`) or is skipped (`notRun`: the release loop's input charge comes back), and
+   * charged with output tokens.
+   */
   fairShare?: FairShare;
 }
 
@@ -82,6 +86,10 @@ export class JobRunner {
     } catch (err) {
       // Nothing above is meant to throw; should something, the process must not die of it.
       this.deps.log.error({ jobId: entry.id, err }, 'job run failed');
+      // Thrown before the engine call and before a skip (which gives the charge back itself):
+      // the tenant got nothing for its charge.
+      if (!entry.recorded && entry.callStartedAt === undefined)
+        this.deps.fairShare?.notRun(entry.payload);
       return undefined;
     }
   }
@@ -133,6 +141,8 @@ export class JobRunner {
     const { job, token, engine, payload, work, id: jobId } = entry;
     const skip = (reason: string) => {
       entry.recorded = true;
+      // The release loop charged the tenant when it let the job go; it never reached an engine.
+      this.deps.fairShare?.notRun(payload);
       return this.discard(job, token, reason).then(() => undefined);
     };
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
@@ -168,19 +178,20 @@ export class JobRunner {
       }
       if (degraded.degraded) metrics.degraded.inc({ pool, state: degraded.state });
       relay = hub.open(jobId, keys.replyChannel(payload.replica), !payload.stream);
-      metrics.released.inc({ pool, engine: engine.name });
-      this.deps.released();
-      relay.start({ engine: engine.name, loadState: degraded.state });
       // Counted for every job: the end frame carries the counts to the gateway's token
       // counters; a fair share (tenants configured) is charged as they come.
       const fairShare = payload.tenant !== undefined ? this.deps.fairShare : undefined;
+      metrics.released.inc({ pool, engine: engine.name });
+      fairShare?.started(payload);
+      this.deps.released();
+      relay.start({ engine: engine.name, loadState: degraded.state });
       const tokens = new OutputTokens(payload.stream);
       markStage('dispatcher.engine-call');
       entry.callStartedAt = now();
       outcome = await engine.client.call(payload.path, degraded.body, relay, cancellation, {
-        firstByte: () => {
+        firstByte: (status) => {
           entry.firstByteAt = now();
-          work.firstByte(entry.firstByteAt);
+          work.firstByte(entry.firstByteAt, status);
         },
         data: fairShare
           ? (chunk) => fairShare.output(payload.tenant, tokens.chunk(chunk))
@@ -206,6 +217,8 @@ export class JobRunner {
     // stays active under a lock nobody renews; the stalled check fails it (maxStalledCount 0),
     // so it never runs twice, and its client already has the whole answer.
     await hub.written();
-    return outcome;
+    // An engine's 4xx was delivered whole like any answer: BullMQ completes the job, as it did
+    // before the refusal had an outcome of its own; only the counter tells it apart.
+    return outcome === 'client_error' ? 'ok' : outcome;
   }
 }

@@ -3,9 +3,11 @@
 //
 // "In prefill" runs from release to the first byte of the engine's body. vLLM sends a streaming
 // response's head at once and its first bytes with the first token (the simulator does the
-// same), so for a stream the first body byte is the end of the prefill. A non-streaming answer
-// has no such signal: it counts as in prefill until its estimated prefill time (tokens / the
-// measured rate, see PrefillRate) has passed, or until it completes while no rate is known.
+// same), so for a 2xx stream the first body byte is the end of the prefill. An error answer's
+// body ends it too (the engine holds nothing more of the request) but measures nothing: the
+// engine refused before any prefill. A non-streaming answer has no such signal: it counts as in
+// prefill until its estimated prefill time (tokens / the measured rate, see PrefillRate) has
+// passed, or until it completes while no rate is known.
 import type { PrefillView } from '@sluice/admission';
 import type { LongPromptStats } from '@sluice/protocol';
 
@@ -85,8 +87,8 @@ export class PrefillRate {
 }
 
 export interface ReleasedWork {
-  /** The first body byte arrived (streams) or the estimated prefill time passed. */
-  firstByte(now: number): void;
+  /** The first body byte arrived, under a head of `status`. */
+  firstByte(now: number, status: number): void;
   /** The request ended, however. */
   finished(): void;
   /** Estimated prefill tokens this request likely has left. */
@@ -154,10 +156,14 @@ class Release implements ReleasedWork {
     return this.prefilling;
   }
 
-  firstByte(now: number): void {
+  firstByte(now: number, status: number): void {
     if (!this.leavePrefill()) return;
     const { stream, rate, promptTokens, releasedAt, changed } = this.opts;
-    if (stream) rate.sample(promptTokens, (now - releasedAt) / 1000);
+    // Only a 2xx stream's first byte is its first token. An error body (a 400 for a prompt
+    // over max_model_len) comes at once, without any prefill: sampled, it read as a rate
+    // hundreds of times the engine's, and the gate and the gateways' wait estimates use it.
+    if (stream && status >= 200 && status < 300)
+      rate.sample(promptTokens, (now - releasedAt) / 1000);
     changed();
   }
 

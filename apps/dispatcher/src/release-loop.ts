@@ -289,6 +289,8 @@ export class ReleaseLoop {
         log.error({ jobId: entry.id, err }, 'ending a run failed');
         this.free(entry, undefined);
       });
+    // Charged here, in turn with the picks; the run gives the charge back should it skip the
+    // job, which it can only do after its first await, so after this charge.
     fairShare?.released(entry.id, payload);
   }
 

@@ -1,9 +1,10 @@
 // The engine call against the real engine simulator (its faults switched on at run time): what
-// reaches the relay, in which order, and the outcome, for an answer, a 500, a stream cut off
+// reaches the relay, in which order, and the outcome, for an answer, a 500, a 400, a stream cut off
 // mid-body, an engine nobody listens on, one that has the request and sends no head in time,
 // and a cancel before and during the call. The relay here records its calls; its own frames
 // and Redis are pinned in relay.test.ts.
 import type { EngineConfig } from '@sluice/config';
+import { dispatcherMetrics, Registry } from '@sluice/observability';
 import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
 import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
 import { once } from 'node:events';
@@ -11,7 +12,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Cancellation, CancelledError } from '../src/cancels.ts';
-import { EngineClient } from '../src/engine-call.ts';
+import { callOutcomes, EngineClient } from '../src/engine-call.ts';
 import type { ReplyRelay } from '../src/relay.ts';
 
 let sim: TestEngineSim;
@@ -102,6 +103,33 @@ describe('engine call', () => {
     expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 500 } });
     expect(calls.at(-1)).toMatchObject({ kind: 'end' });
     expect(calls.some((c) => c.kind === 'error')).toBe(false);
+  });
+
+  it("relays an engine's 400 as its answer, calls the outcome client_error, and shows the first byte's status", async () => {
+    const { relay, calls } = recordingRelay();
+    const statuses: number[] = [];
+    // A prompt over max_model_len: vLLM refuses it at once, before any prefill.
+    const tooLong = JSON.stringify({ ...JSON.parse(body(true)), sim_prompt_tokens: 1_000_000 });
+    const outcome = await client().call(
+      '/v1/chat/completions',
+      tooLong,
+      relay,
+      new Cancellation(),
+      {
+        firstByte: (status) => statuses.push(status),
+      },
+    );
+    expect(outcome).toBe('client_error');
+    expect(statuses).toEqual([400]);
+    expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 400 } });
+    expect(calls.at(-1)).toMatchObject({ kind: 'end' });
+  });
+
+  it("names every outcome in sluice_completed_total's HELP", async () => {
+    const registry = new Registry();
+    dispatcherMetrics(registry);
+    const help = (await registry.getSingleMetric('sluice_completed_total')!.get()).help;
+    for (const outcome of callOutcomes) expect(help).toMatch(new RegExp(`\\b${outcome}\\b`));
   });
 
   it('ends a stream the engine cut off mid-body with an engine_error frame', async () => {

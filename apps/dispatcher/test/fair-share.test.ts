@@ -133,6 +133,25 @@ describe('fair share (leader side)', () => {
     expect(await readings()).toEqual({ own: 4, ahead: 2 });
   });
 
+  it('gives back the charge of a job the runner skipped: its tenant keeps its place in the order', async () => {
+    for (const id of ['a0', 'a1']) await add('alpha', id);
+    await add('beta', 'b0');
+    const fair = fairShare();
+    await fair.load();
+    expect(await releaseNext(fair, 0)).toBe('alpha:a0');
+    // Charged at release: alpha is behind beta now.
+    expect(fair.view()['alpha']!.virtualTokens).toBe(100);
+    // a0's client left before it ran (job-runner.ts, `skip`): alpha got nothing.
+    fair.notRun(payload('alpha'));
+    fair.ended(payload('alpha'));
+    expect(fair.view()['alpha']).toMatchObject({ virtualTokens: 0, inflight: 0 });
+    // A tie again, which goes to the tenant configured first.
+    expect(await releaseNext(fair, 1)).toBe('alpha:a1');
+    expect(await releaseNext(fair, 2)).toBe('beta:b0');
+    await fair.flush();
+    expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe('100');
+  });
+
   it('charges output as it streams, and hands its counters to the next leader', async () => {
     const fair = fairShare();
     await fair.load();

@@ -23,7 +23,7 @@ import { CancelBook } from '../src/cancels.ts';
 import { PoolLoad } from '../src/degrade.ts';
 import type { EngineClient, ResponseWatch } from '../src/engine-call.ts';
 import { createEngineSlot } from '../src/engine-slot.ts';
-import type { FairShare } from '../src/fair-share.ts';
+import { FairShare } from '../src/fair-share.ts';
 import { recordOutcome } from '../src/handover.ts';
 import { JobRunner, type JobRunnerDeps } from '../src/job-runner.ts';
 import { InflightLedger, type InflightJob } from '../src/ledger.ts';
@@ -115,10 +115,11 @@ function brokenHub(): RelayHub {
   return broken;
 }
 
+const prefillRate = new PrefillRate();
 const ledger = new InflightLedger({
   pool: 'p',
   metrics,
-  prefillRate: new PrefillRate(),
+  prefillRate,
   now: Date.now,
   changed: () => {},
 });
@@ -132,6 +133,11 @@ async function take(
     endCounts?: boolean;
     /** The body goes into a key of its own (as a gateway does for a large one); null: it is lost. */
     bodyInKey?: boolean | null;
+    /** The simulator's count of the prompt's tokens (over its max_model_len: a 400). */
+    simPromptTokens?: number;
+    long?: boolean;
+    tenant?: string;
+    promptTokens?: number;
   } = {},
 ) {
   const replica = `r${(replicas += 1)}`;
@@ -142,6 +148,7 @@ async function take(
     stream: true,
     max_tokens: opts.maxTokens ?? 3,
     ignore_eos: true,
+    ...(opts.simPromptTokens === undefined ? {} : { sim_prompt_tokens: opts.simPromptTokens }),
   });
   const payload: JobPayload = {
     v: 1,
@@ -153,6 +160,8 @@ async function take(
     deadline: Date.now() + 60_000,
     priority: 0,
     endCounts: opts.endCounts ?? true,
+    ...(opts.tenant === undefined ? {} : { tenant: opts.tenant }),
+    ...(opts.promptTokens === undefined ? {} : { promptTokens: opts.promptTokens }),
   };
   const added = await queue.add('job', payload);
   if (opts.bodyInKey) await command.set(keys.jobBody('p', added.id!), Buffer.from(body));
@@ -164,7 +173,7 @@ async function take(
     if (ch.toString() === channel) frames.push(...messageFrames(message).map(decodeFrame));
   });
   await subscriber.subscribe(channel);
-  const entry = ledger.begin(job, token, engine(), payload, false);
+  const entry = ledger.begin(job, token, engine(), payload, opts.long ?? false);
   return { job, entry, frames, replica };
 }
 
@@ -176,8 +185,31 @@ async function runAndRecord(entry: InflightJob, run = runner()) {
   return outcome;
 }
 
-const skipped = async (reason: string) =>
-  (await metrics.skipped.get()).values.find((v) => v.labels['reason'] === reason)?.value ?? 0;
+/** The value of `metric`'s series with `labels` (0 when it has none yet). */
+async function count(
+  metric: { get(): Promise<{ values: { labels: object; value: number }[] }> },
+  labels: Record<string, string>,
+): Promise<number> {
+  const match = (l: object) =>
+    Object.entries(labels).every(([k, v]) => (l as Record<string, unknown>)[k] === v);
+  return (await metric.get()).values.find((v) => match(v.labels))?.value ?? 0;
+}
+
+const skipped = (reason: string) => count(metrics.skipped, { reason });
+
+/** The leader's fair share of pool `p`, with the runner's metrics, as pool-dispatcher.ts makes it. */
+function fairShareOf(tenant: string): FairShare {
+  return new FairShare({
+    pool: 'p',
+    tenants: [{ name: tenant, keySha256: ['c'.repeat(64)], weight: 1, maxPriority: 0 }],
+    keys,
+    redis: command,
+    bull,
+    queue,
+    metrics,
+    log: silent,
+  });
+}
 
 describe('job runner', () => {
   it('runs a job on its engine, relays start, head, data and end, and completes the job', async () => {
@@ -275,6 +307,51 @@ describe('job runner', () => {
     expect((await sim.state()).receivedTotal).toBe(before);
   });
 
+  it('counts an engine refusal (4xx) as client_error, not ok, completes its job, and measures no prefill', async () => {
+    const refusals = await count(metrics.completed, { outcome: 'client_error' });
+    const oks = await count(metrics.completed, { outcome: 'ok' });
+    // A long streamed prompt over the engine's max_model_len: refused at once, 400.
+    const { job, entry, frames } = await take({ long: true, simPromptTokens: 1_000_000 });
+    expect(await runAndRecord(entry)).toBe('ok');
+    await eventually(() => frames.some((f) => f.type === 'end'), 'the end frame');
+    expect(frames.find((f) => f.type === 'head')).toMatchObject({ info: { status: 400 } });
+    expect(await count(metrics.completed, { outcome: 'client_error' })).toBe(refusals + 1);
+    expect(await count(metrics.completed, { outcome: 'ok' })).toBe(oks);
+    // The answer was delivered whole: BullMQ completes the job, as for any answer.
+    expect(await queue.getJobState(job.id!)).toBe('completed');
+    // Its instant first byte is no prefill: no rate from it (before the fix, 1,000,000
+    // tokens in a few ms).
+    expect(prefillRate.value).toBeUndefined();
+    expect(entry.engine.longInPrefill).toBe(0);
+  });
+
+  it('charges a tenant nothing for a job the runner skips, and charges the one it sends', async () => {
+    const tenant = 'skipped-tenant';
+    const fairShare = fairShareOf(tenant);
+    const tenantCounts = async () => [
+      await count(metrics.tenantReleased, { tenant }),
+      await count(metrics.tenantTokens, { tenant, kind: 'input' }),
+      fairShare.view()[tenant]!.virtualTokens,
+    ];
+    const run = runner(undefined, { fairShare });
+    // The release loop charges the tenant as it lets the job go (release-loop.ts, `release`).
+    const gone = await take({ alive: false, tenant, promptTokens: 6 });
+    fairShare.released(gone.entry.id, gone.entry.payload);
+    await runAndRecord(gone.entry, run);
+    expect(await queue.getJobState(gone.job.id!)).toBe('failed');
+    fairShare.ended(gone.entry.payload);
+    expect(await tenantCounts()).toEqual([0, 0, 0]);
+    expect(fairShare.view()[tenant]!.inflight).toBe(0);
+
+    const sent = await take({ tenant, promptTokens: 6 });
+    fairShare.released(sent.entry.id, sent.entry.payload);
+    expect(await runAndRecord(sent.entry, run)).toBe('ok');
+    const [released, input, virtualTokens] = await tenantCounts();
+    expect([released, input]).toEqual([1, 6]);
+    // Its input, and its output (weighted twice) as it streamed.
+    expect(virtualTokens).toBe(6 + 2 * 3);
+  });
+
   it('skips a job cancelled before its run started', async () => {
     const before = (await sim.state()).receivedTotal as number;
     const { job, entry } = await take();
@@ -351,6 +428,7 @@ describe('job runner', () => {
     const log = { warn: (o: object, m: string) => warnings.push({ o, m }), error() {} };
     const charged: number[] = [];
     const fairShare = {
+      started: () => {},
       output: (_tenant: string | undefined, tokens: number) => charged.push(tokens),
     } as unknown as FairShare;
     const huge = '1'.padEnd(400, '0');

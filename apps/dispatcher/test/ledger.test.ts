@@ -116,7 +116,7 @@ describe('in-flight ledger', () => {
     expect([a.longInflight, a.longInPrefill]).toEqual([1, 1]);
     expect(await longGauges()).toEqual([1, 1]);
     // Two seconds of prefill: a measurable rate, whatever the clock read at release.
-    entry.work.firstByte(Date.now() + 2000);
+    entry.work.firstByte(Date.now() + 2000, 200);
     expect([a.longInflight, a.longInPrefill]).toEqual([1, 0]);
     expect(await longGauges()).toEqual([1, 0]);
     // The stream's first byte measured the prefill rate: the pool's gauge shows it.

@@ -27,7 +27,7 @@ describe('prefill tracker', () => {
     settlePending(c, 10_000);
     expect(c).toMatchObject({ longInflight: 1, longInPrefill: 1, kvPendingTokens: 65_536 });
     expect(work.remainingTokens(10_000)).toBe(65_536); // no rate measured yet
-    work.firstByte(128_000);
+    work.firstByte(128_000, 200);
     expect(rate.value).toBe(512);
     settlePending(c, 128_000);
     expect(c).toMatchObject({ longInflight: 1, longInPrefill: 0, kvPendingTokens: 65_536 });
@@ -40,6 +40,27 @@ describe('prefill tracker', () => {
     work.finished(); // once only
     expect(c).toMatchObject({ longInflight: 0, longInPrefill: 0 });
     expect(changed).toHaveBeenCalledTimes(2);
+  });
+
+  it("ends the prefill of a long prompt the engine refused, without taking the error's first byte as a rate", () => {
+    const c = emptyCounters();
+    const rate = new PrefillRate();
+    rate.sample(65_536, 128); // 512 tokens per second, measured before
+    const changed = vi.fn();
+    const work = trackRelease(c, {
+      long: true,
+      promptTokens: 140_000,
+      stream: true,
+      releasedAt: 0,
+      rate,
+      changed,
+    });
+    // A 400 (prompt over max_model_len) comes at once: it read as 140,000 tokens in 5 ms.
+    work.firstByte(5, 400);
+    expect(rate.value).toBe(512);
+    expect(c).toMatchObject({ longInflight: 1, longInPrefill: 0 });
+    expect(work.inPrefill).toBe(false);
+    expect(changed).toHaveBeenCalledTimes(1);
   });
 
   it('counts a short prompt as KV pending until the next scrape, never as a long prompt', () => {

@@ -21,7 +21,11 @@ export interface ObservedEngine {
    */
   readonly scrapeSentAt?: number;
   readonly consecutiveFailures: number;
-  /** The endpoint answered 200 with metrics that are not vLLM's. Cleared by a vLLM reading. */
+  /**
+   * The last scrape got a 200 with metrics that are not vLLM's (a wrong URL, another server).
+   * Any other outcome clears it, a failure too: an engine that stopped answering (refused,
+   * timed out, 5xx) is stale, not "not vLLM", and the alert on this names the wrong fault.
+   */
   readonly degraded: boolean;
   /** Why the last scrape failed; absent after a success. */
   readonly lastError?: string;
@@ -191,7 +195,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
         ...state,
         health: becomesStale ? 'stale' : state.health,
         consecutiveFailures,
-        degraded: state.degraded || outcome.notVllm,
+        degraded: outcome.notVllm,
         lastError: `GET ${shown}: ${outcome.error}`,
         staleTransitions: state.staleTransitions + (becomesStale ? 1 : 0),
       };

@@ -119,6 +119,22 @@ describe('EngineObserver over HTTP', () => {
     expect(stale.scrapedAt).toBeUndefined();
   });
 
+  it('clears degraded once a not-vLLM endpoint stops answering (connection refused)', async () => {
+    const { url, server } = await serve(answer(200, 'other_metric 1\n'));
+    const observer = observe({ url, staleAfterFailures: 100 });
+    await observer.start();
+    expect(observer.state).toMatchObject({ degraded: true, consecutiveFailures: 1 });
+    server.closeAllConnections();
+    server.close();
+    const refused = await stateWhere(
+      observer,
+      (s) => /ECONNREFUSED/.test(s.lastError ?? ''),
+      'connection refused',
+    );
+    expect(refused).toMatchObject({ degraded: false, health: 'unknown' });
+    expect(refused.consecutiveFailures).toBeGreaterThan(1);
+  });
+
   it('counts a parse error as a failure, not as degraded, and names the line', async () => {
     const { url } = await serve(answer(200, 'vllm:num_requests_running 1\nvllm:kv{ 2\n'));
     const observer = observe({ url, staleAfterFailures: 1 });

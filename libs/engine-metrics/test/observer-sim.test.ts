@@ -211,6 +211,16 @@ describe('EngineObserver against the engine simulator', () => {
     expect(back).toMatchObject({ health: 'healthy', consecutiveFailures: 0 });
   });
 
+  it('clears degraded when the engine stops answering: a 5xx is an outage, not "not vLLM"', async () => {
+    await setFaults({ metrics: 'not-vllm' });
+    const observer = observe({ staleAfterFailures: 100 });
+    await observer.start();
+    expect(observer.state.degraded).toBe(true);
+    await setFaults({ metrics: 'error' });
+    const failing = await stateWhere(observer, (s) => /HTTP 5\d\d$/.test(s.lastError ?? ''), '5xx');
+    expect(failing).toMatchObject({ degraded: false, health: 'unknown' });
+  });
+
   it('counts a scrape slower than timeoutMs as a failure', async () => {
     const observer = observe({ intervalMs: 20, timeoutMs: 500, staleAfterFailures: 2 });
     await observer.start();

@@ -35,7 +35,7 @@ export function gatewayMetrics(registry: Registry) {
     }),
     parked: new Gauge({
       name: 'sluice_parked_requests',
-      help: 'Clients held by this replica while their job waits in the queue.',
+      help: "Clients held by this replica whose job it has not been told started yet: queued (held back by the leader included), or released but with the start frame still waiting for the engine's head, which for a non-streamed answer means until the relay's liveness tick (1 to 1.5 x SLUICE_RELAY_LIVENESS_MS after release) or its end. The exact queue is the leader's sluice_queue_depth.",
       labelNames: ['model'],
       registers,
     }),
@@ -169,13 +169,13 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     tenantReleased: new Counter({
       name: 'sluice_tenant_released_total',
-      help: "A tenant's requests released to an engine.",
+      help: "A tenant's requests sent to an engine (not those the dispatcher took and then skipped: sluice_skipped_total).",
       labelNames: ['pool', 'tenant'],
       registers,
     }),
     tenantTokens: new Counter({
       name: 'sluice_tenant_tokens_total',
-      help: "Tokens served to a tenant: input (the gateway's prompt estimate, at release) and output (as they streamed, or the engine's usage).",
+      help: "Tokens served to a tenant: input (the gateway's prompt estimate, when the request is sent to an engine) and output (as they streamed, or the engine's usage).",
       labelNames: ['pool', 'tenant', 'kind'],
       registers,
     }),
@@ -199,13 +199,13 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     completed: new Counter({
       name: 'sluice_completed_total',
-      help: 'Released jobs that ended, by outcome (ok, engine_error, engine_unreachable, cancelled, client_gone).',
+      help: 'Jobs sent to an engine that ended, by outcome: ok (2xx answer), client_error (the engine refused the request with a 4xx, relayed as it came), engine_error (5xx, or the answer broke off), engine_unreachable (no connection or no head), engine_timeout (no head within ENGINE_HEADERS_TIMEOUT_MS), cancelled. Jobs taken but not run: sluice_skipped_total.',
       labelNames: ['pool', 'outcome'],
       registers,
     }),
     skipped: new Counter({
       name: 'sluice_skipped_total',
-      help: 'Jobs taken from the queue but not run (client gone, past deadline, invalid payload).',
+      help: 'Jobs taken from the queue but not run, by reason (client_gone, cancelled, body_missing, past_deadline, stalled, invalid_payload, internal_error).',
       labelNames: ['pool', 'reason'],
       registers,
     }),
@@ -235,7 +235,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     prefillRate: new Gauge({
       name: 'sluice_long_prefill_tokens_per_second',
-      help: 'Measured prefill rate of long prompts (estimated tokens / time to first byte), smoothed.',
+      help: "Measured prefill rate of long prompts (estimated tokens / time from release to a 2xx stream's first byte; error answers are not sampled), smoothed.",
       labelNames: ['pool'],
       registers,
     }),
@@ -295,7 +295,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     observerDegraded: new Gauge({
       name: 'sluice_observer_degraded',
-      help: '1 while the engine answers /metrics with something that is not vLLM.',
+      help: "1 while the engine's last /metrics answer was a 200 that is not vLLM's; 0 once it answers vLLM's or fails otherwise (an engine that stopped answering is sluice_engine_up 0).",
       labelNames: ['pool', 'engine'],
       registers,
     }),
