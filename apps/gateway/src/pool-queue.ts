@@ -1,6 +1,6 @@
 // The gateway's side of one pool: adding jobs, the depth bound, leader presence and the
 // Retry-After estimate. Leader presence and pool stats are read at most once a second per
-// pool, not per request.
+// pool, not per request (a hand-over's first miss: see hasLeader).
 import { longWaitSeconds, retryAfterSeconds } from '@sluice/admission';
 import type { PoolConfig } from '@sluice/config';
 import {
@@ -39,6 +39,21 @@ export interface QueuedTenant {
 
 const CACHE_MS = 1000;
 
+/**
+ * How long a lease found missing, where the read before found it held, is taken for a
+ * hand-over in progress rather than a pool without dispatchers. A standby polls every
+ * min(ttl/3, 250 ms) and its attempt is bounded by the 1 s command timeout, so one that is
+ * there leads within 1.25 s of the key's disappearance (a SIGTERM deletes it; a crash leaves
+ * it for its TTL, during which it still reads as held); 2 s leaves room for a loaded host.
+ */
+export const HANDOVER_GRACE_MS = 2000;
+
+/**
+ * What this replica knows of a pool's lease. `held`: the last read found it; `handover`: the
+ * read after that did not; `none`: never seen, or still missing when the grace ended.
+ */
+type LeaderState = 'held' | 'handover' | 'none';
+
 export class PoolQueue {
   readonly queue: Queue;
   private readonly waitKey: string;
@@ -46,7 +61,8 @@ export class PoolQueue {
   private readonly delayedKey: string;
   private readonly controlKey: string;
   private readonly jobKeyPrefix: string;
-  private leaderSeen = { value: false, until: 0 };
+  private leader: { state: LeaderState; until: number } = { state: 'none', until: 0 };
+  private leaderRead: Promise<boolean> | undefined;
   private stats: {
     drainPerSecond: number | undefined;
     longs: LongPromptStats | undefined;
@@ -77,13 +93,37 @@ export class PoolQueue {
     this.jobKeyPrefix = keys.jobKey(pool.name, '');
   }
 
-  /** True when a dispatcher holds this pool's lease (cached for a second). */
+  /**
+   * True when a dispatcher holds this pool's lease, or held it at the last read and the key has
+   * been missing for less than HANDOVER_GRACE_MS. Why: the queue outlives its leader, and a job
+   * queued while the lease changes hands is taken by the next leader, so a hand-over (a SIGTERM
+   * deletes the key and a standby takes it within its 250 ms poll; a crashed leader's key
+   * expires and the same follows) must refuse nobody. A cached "no leader" used to refuse every
+   * request for a second when one read fell in that gap. A pool that never had a leader here
+   * (gateways started before any dispatcher), or whose lease stays missing past the grace, is
+   * refused at once: a job queued where nobody takes it waits its whole park limit.
+   * Rejected: not caching "no leader" (a read in the gap still refuses; and one command per
+   * request on a pool without dispatchers); a grace of the lease TTL (the gateway is not told
+   * it, and a standby's gap is its poll, not the TTL); the leader handing the key to a standby
+   * (a crash leaves the same gap at expiry). Answers are cached: held for a second, a
+   * hand-over until its grace ends (then read again), none for a second; reads are shared.
+   */
   async hasLeader(): Promise<boolean> {
+    if (this.leader.until > this.now()) return this.leader.state !== 'none';
+    this.leaderRead ??= this.readLeader().finally(() => {
+      this.leaderRead = undefined;
+    });
+    return this.leaderRead;
+  }
+
+  private async readLeader(): Promise<boolean> {
+    const held = (await this.redis.exists(this.keys.lease(this.pool.name))) === 1;
     const now = this.now();
-    if (this.leaderSeen.until > now) return this.leaderSeen.value;
-    const value = (await this.redis.exists(this.keys.lease(this.pool.name))) === 1;
-    this.leaderSeen = { value, until: now + CACHE_MS };
-    return value;
+    if (held) this.leader = { state: 'held', until: now + CACHE_MS };
+    else if (this.leader.state === 'held')
+      this.leader = { state: 'handover', until: now + HANDOVER_GRACE_MS };
+    else this.leader = { state: 'none', until: now + CACHE_MS };
+    return held || this.leader.state === 'handover';
   }
 
   /**

@@ -181,7 +181,8 @@ export async function completionRoutes(
       const unavailable = () =>
         refuseRead(refusal('redis_unavailable', 'queue unavailable (Redis unreachable)'), poolName);
       if (!opts.redisUp()) return unavailable();
-      // Cached for a second; a miss asks Redis, bounded by the command timeout.
+      // Cached (PoolQueue.hasLeader); a miss asks Redis, bounded by the command timeout. A lease
+      // that goes missing while it changes hands is not refused: the next leader takes the job.
       const leader = await pool.hasLeader().catch(() => undefined);
       if (leader === undefined) return unavailable();
       if (!leader)
