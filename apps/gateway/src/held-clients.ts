@@ -7,6 +7,7 @@ import type { Redis } from '@sluice/redis';
 import { drain } from './drain.js';
 import { ParkedWatch } from './parked-watch.js';
 import { ReplyLossWatch, type LossCause } from './redis-loss.js';
+import type { Passthrough } from './passthrough.js';
 import type { RedisAnswers } from './redis-probe.js';
 import { refusal, type Refusal } from './refuse.js';
 import type { ReplyRouter } from './replies.js';
@@ -16,6 +17,8 @@ export const PARKED_CHECK_MS = 1000;
 
 export interface HeldClientsOptions {
   replies: ReplyRouter;
+  /** Pass-through requests in progress: drained with the held ones. */
+  passthrough: Pick<Passthrough, 'size' | 'whenIdle' | 'cutAll'>;
   /** The command connection (bounded by its command timeout). */
   redis: Redis;
   subscriber: Redis;
@@ -78,15 +81,22 @@ export class HeldClients {
   }
 
   /**
-   * Stops taking requests and serves the held ones for the drain period; resolves once none
-   * is held (at once when none was), answering what is left at its end.
+   * Stops taking requests and serves the held and pass-through ones for the drain period;
+   * resolves once none is left (at once when none was), answering what is left at its end.
    */
   async shutdown(): Promise<void> {
     this.closing = true;
-    const { replies, drainMs, log } = this.options;
-    log.info({ held: replies.held.size, drainSeconds: drainMs / 1000 }, 'gateway draining');
-    const { cut } = await drain(replies, drainMs, this.cutShort);
-    if (cut > 0) log.warn({ cut }, 'drain period over: held requests answered shutting_down');
+    const { replies, passthrough, drainMs, log } = this.options;
+    log.info(
+      { held: replies.held.size, passthrough: passthrough.size, drainSeconds: drainMs / 1000 },
+      'gateway draining',
+    );
+    const { cut, passthroughCut } = await drain(replies, passthrough, drainMs, this.cutShort);
+    if (cut + passthroughCut > 0)
+      log.warn(
+        { cut, passthroughCut },
+        'drain period over: requests in progress answered shutting_down',
+      );
     log.info('gateway drained');
   }
 

@@ -27,6 +27,7 @@ import { cancelPublisher } from './cancels.js';
 import { discoverModels } from './discovery.js';
 import { MODEL_CARDS_REFRESH_MS, ModelCards } from './model-cards.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
+import { DrainingConnections } from './drain.js';
 import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
 import { UNKNOWN_MODEL } from './labels.js';
@@ -41,6 +42,15 @@ import { installRequestId, REQUEST_ID_HEADER, requestId } from './request-id.js'
 import { Routing } from './routing.js';
 import { acceptRawJson, completionRoutes } from './routes/completions.js';
 import { opsRoutes } from './routes/ops.js';
+import { withTimeout } from './timeout.js';
+
+/**
+ * How long closing BullMQ's queues and QUITting the connections may take. A stopped Redis
+ * (SIGSTOP, a partition) keeps its sockets open and its connections `ready`, and neither
+ * step has a bound of its own; past this the connections are dropped. Part of the 4 s margin
+ * of the gateway's grace period (deploy/README.md, "Shutdown arithmetic").
+ */
+const REDIS_CLOSE_MS = 2000;
 
 export interface Gateway {
   readonly replicaId: string;
@@ -135,6 +145,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   });
   const held = new HeldClients({
     replies,
+    passthrough,
     redis,
     subscriber,
     answers: probe,
@@ -142,6 +153,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     drainMs: limits.shutdownDrainSeconds * 1000,
     log,
   });
+  const connections = new DrainingConnections(app.server);
 
   function refuse(reply: FastifyReply, model: string, r: Refusal, pool?: string, stream?: boolean) {
     metrics.rejected.inc({ model, reason: r.reason });
@@ -276,20 +288,29 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     async close() {
       closing = true;
       discovery.abort();
-      await held.shutdown();
+      const drained = held.shutdown();
+      connections.start();
+      await drained;
       held.stop();
       probe.stop();
       replies.stop();
-      await heartbeat.stop();
-      // Every held client is answered; what is left are idle keep-alive connections and
-      // pass-through requests, which get a second.
+      // Every held and pass-through request is answered and idle connections are closed;
+      // what is left are connections still sending a request, which get a second. The
+      // liveness key goes meanwhile (bounded by the command timeout, 1 s, when Redis is away).
       const force = setTimeout(() => app.server.closeAllConnections(), 1000);
-      await app.close();
+      await Promise.all([heartbeat.stop(), app.close()]);
       clearTimeout(force);
       await passthrough.close();
       await metricsServer?.close();
-      await Promise.all([...pools.values()].map((p) => p.close()));
-      await Promise.all([redis, bull, subscriber].map(closeRedis));
+      const conns = [redis, bull, subscriber];
+      await withTimeout(
+        Promise.all([...pools.values()].map((p) => p.close())).then(() =>
+          Promise.all(conns.map(closeRedis)),
+        ),
+        'closing the queues and Redis connections',
+        REDIS_CLOSE_MS,
+      ).catch((err: Error) => log.warn({ err: err.message }, 'redis connections dropped'));
+      for (const conn of conns) conn.disconnect();
     },
     cutDrainShort: () => held.cutDrainShort(),
   };

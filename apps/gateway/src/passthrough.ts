@@ -1,16 +1,29 @@
 // Ungated backends (embeddings, Ollama, anything not observed): proxied straight through
-// with undici, the response streamed unbuffered.
+// with undici, the response streamed unbuffered (an event stream whole events at a time, so
+// that an error the gateway ends it with never lands mid-event).
+//
+// A shutdown drains pass-through requests as it drains held ones: `whenIdle` says when none
+// is left, and `cutAll` ends those still running at the end of the drain period with the
+// gateway's own reason (503 before the head; in-band after it for an event stream).
 //
 // The backend's Authorization is its own `apiKey` when the file gives one. Without one, the
 // client's header is forwarded only when no tenants are configured (as before tenants
 // existed: the client's key was meant for the backend); with tenants the client's key is a
 // Sluice key, which no backend may see, so the backend gets none.
+import { once } from 'node:events';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { pipeline } from 'node:stream/promises';
+import { sseError } from '@sluice/openai';
 import type { RejectReason } from '@sluice/protocol';
 import { Agent, request } from 'undici';
 import { REQUEST_ID_HEADER } from './request-id.js';
-import { refusal, writeRefusal } from './refuse.js';
+import { refusal, writeRefusal, type Refusal } from './refuse.js';
+import { SseEvents } from './sse-events.js';
+
+/**
+ * How much of an event stream may wait for its event to complete: past it, the bytes go out
+ * as they come (a body that never ends an event is not held whole).
+ */
+const MAX_HELD_EVENT_BYTES = 1024 * 1024;
 
 const hopByHop = new Set([
   'connection',
@@ -49,9 +62,33 @@ export interface PassthroughAnswer {
 
 export class Passthrough {
   private readonly agent = new Agent({ headersTimeout: 900_000, bodyTimeout: 300_000 });
+  /** The requests in progress, each by the function that ends it from the gateway's side. */
+  private readonly running = new Set<(r: Refusal) => void>();
+  private idleWaiters: (() => void)[] = [];
 
   /** `tenants`: whether client keys are Sluice's own (then never forwarded). */
   constructor(private readonly tenants: boolean) {}
+
+  /** Requests in progress. */
+  get size(): number {
+    return this.running.size;
+  }
+
+  /** Resolves once no request is in progress (at once when none is). */
+  whenIdle(): Promise<void> {
+    if (this.running.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /**
+   * Ends every request in progress with `r` (their forward calls answer it); returns how
+   * many. Await `whenIdle` for their answers to be written.
+   */
+  cutAll(r: Refusal): number {
+    const cuts = [...this.running];
+    for (const cut of cuts) cut(r);
+    return cuts.length;
+  }
 
   async forward(
     target: PassthroughTarget,
@@ -62,6 +99,15 @@ export class Passthrough {
   ): Promise<PassthroughAnswer> {
     const baseUrl = target.url;
     const controller = new AbortController();
+    let cutBy: Refusal | undefined;
+    let events: SseEvents | undefined;
+    const cut = (r: Refusal) => {
+      if (controller.signal.aborted) return;
+      cutBy = r;
+      controller.abort();
+    };
+    // Registered before the first await: the drain that starts next must see this request.
+    this.running.add(cut);
     res.once('close', () => controller.abort());
     const authorization = backendAuthorization(target, headers.authorization, this.tenants);
     try {
@@ -80,10 +126,13 @@ export class Passthrough {
       const out: Record<string, string | string[]> = {};
       for (const [name, value] of Object.entries(upstream.headers))
         if (value !== undefined && !hopByHop.has(name)) out[name] = value;
+      if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream'))
+        events = new SseEvents(MAX_HELD_EVENT_BYTES);
       res.writeHead(upstream.statusCode, out);
-      await pipeline(upstream.body, res);
+      await relay(upstream.body, res, events, controller.signal);
       return { status: upstream.statusCode };
     } catch (err) {
+      if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
       if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
       if (!res.headersSent) {
         const r = refusal(
@@ -98,10 +147,43 @@ export class Passthrough {
       // The backend failed mid-answer: what its status promised did not arrive whole.
       const r = refusal('engine_error', `backend ${baseUrl} failed mid-answer`);
       return { status: r.status, reason: r.reason };
+    } finally {
+      this.running.delete(cut);
+      if (this.running.size === 0) for (const idle of this.idleWaiters.splice(0)) idle();
     }
   }
 
   close(): Promise<void> {
     return this.agent.close();
   }
+}
+
+/**
+ * Copies the backend's body to the client as the client reads it. Not `pipeline`: on an
+ * error it destroys the client's response, and a request the gateway ends must still get its
+ * in-band error.
+ */
+async function relay(
+  body: AsyncIterable<Buffer>,
+  res: ServerResponse,
+  events: SseEvents | undefined,
+  signal: AbortSignal,
+): Promise<void> {
+  for await (const chunk of body) {
+    const out = events ? events.complete(chunk) : chunk;
+    if (out && !res.write(out)) await once(res, 'drain', { signal });
+  }
+  const rest = events?.rest();
+  if (rest) res.write(rest);
+  res.end();
+}
+
+/** A request the gateway ends (a shutdown), answered as a held request would be. */
+function endedByGateway(res: ServerResponse, r: Refusal, eventStream: boolean): PassthroughAnswer {
+  if (!res.headersSent) writeRefusal(res, r);
+  // Only whole events went out: the error starts on a boundary; a held half-event is dropped.
+  else if (eventStream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
+  // A body cut short must not look whole: the connection ends without the final chunk.
+  else res.destroy();
+  return { status: r.status, reason: r.reason };
 }
