@@ -17,6 +17,7 @@ import { acceptRawJson, completionRoutes } from '../src/routes/completions.ts';
 import type { ReplyRouter } from '../src/replies.ts';
 
 let backend: Server;
+let metrics: ReturnType<typeof gatewayMetrics>;
 let app: FastifyInstance;
 const received: { path: string; body: string }[] = [];
 const ended: RequestEnd[] = [];
@@ -40,9 +41,10 @@ beforeAll(async () => {
     engines: [{ url: "http://127.0.0.1:1" }]
 passthrough:
   - { model: emb, url: "${backendUrl}" }
+  - { model: gone, url: "http://127.0.0.1:1" }
 `;
   const config = loadConfig({ SLUICE_CONFIG: '/etc/sluice.yaml' }, () => yaml);
-  const metrics = gatewayMetrics(new Registry());
+  metrics = gatewayMetrics(new Registry());
   app = Fastify();
   acceptRawJson(app);
   installRequestId(app, Date.now);
@@ -109,5 +111,18 @@ describe('POST /v1/embeddings', () => {
     const res = await embed('nobody');
     expect(res.status).toBe(404);
     expect(res.headers.get('x-sluice-reject-reason')).toBe('model_not_found');
+  });
+
+  it('counts a pass-through request Sluice ended among the refusals, by its reason', async () => {
+    const res = await embed('gone');
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('engine_unreachable');
+    const rejected = await metrics.rejected.get();
+    expect(rejected.values).toContainEqual(
+      expect.objectContaining({
+        labels: { model: 'gone', reason: 'engine_unreachable' },
+        value: 1,
+      }),
+    );
   });
 });

@@ -133,6 +133,13 @@ export async function completionRoutes(
     metrics.requests.inc({ model, kind: 'passthrough' });
     reply.hijack();
     const answered = await passthrough.forward(target, path, request.headers, body, reply.raw);
+    // Ended by Sluice (backend unreachable, a shutdown's cut), as held requests count theirs; a
+    // client that left is not a refusal.
+    if (answered.reason !== undefined && answered.reason !== 'cancelled') {
+      metrics.rejected.inc({ model, reason: answered.reason });
+      const tenant = request.tenant?.name;
+      if (tenant !== undefined) metrics.tenantRejected.inc({ tenant, reason: answered.reason });
+    }
     // Pass-through bodies are piped unread: no token counts (see the README).
     opts.ended({
       id: request.id,
