@@ -114,7 +114,7 @@ describe('leader failover', () => {
     const endings = await Promise.all(readers.map((reader) => readToEnd(reader)));
     for (const text of endings)
       expect(text).toMatch(
-        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"(dispatcher_lost|engine_error)"\}\}\n\n$/,
+        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"(dispatcher_lost|engine_error)"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
 
     // The standby takes the lease and releases the queued jobs.

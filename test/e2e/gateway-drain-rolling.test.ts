@@ -177,7 +177,7 @@ describe('gateway drain: connections', () => {
       expect(gateway.process.output.join('\n')).not.toContain('"msg":"gateway drained"');
       gateway.process.child.kill('SIGTERM');
       expect(await streamed).toMatch(
-        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\n$/,
+        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
       expect((await gateway.process.closed).code).toBe(0);
     } finally {
@@ -240,7 +240,7 @@ describe('gateway drain: pass-through requests', () => {
       gateway.process.child.kill('SIGTERM');
 
       expect(await streamed).toMatch(
-        /\n\ndata: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\n$/,
+        /\n\ndata: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
       const refused = await plain;
       expect(refused).toMatchObject({ status: 503, reason: 'shutting_down' });

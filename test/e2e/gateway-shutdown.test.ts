@@ -168,7 +168,7 @@ describe('gateway SIGTERM', () => {
       expect(Number(answer.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       for (const text of await Promise.all(endings))
         expect(text).toMatch(
-          /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\n$/,
+          /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"shutting_down"\}\}\n\ndata: \[DONE\]\n\n$/,
         );
       // The queued job left the queue, and the streams' engine requests were cancelled.
       expect(await queuedJobs(client)).toBe(0);

@@ -194,7 +194,7 @@ describe('Redis faults under held clients', () => {
       expect(refused.headers.get('x-sluice-reject-reason')).toBe('redis_unavailable');
       expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       expect(await ending).toMatch(
-        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"redis_unavailable"\}\}\n\n$/,
+        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"redis_unavailable"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
       const during = await chat(gateway.url, 'during', { max_tokens: 2 });
       expect(during.status).toBe(503);

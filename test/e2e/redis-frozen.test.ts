@@ -62,8 +62,11 @@ async function openStream(base: string) {
   return { rest };
 }
 
+/** The error a failed stream ends with, before vLLM's closing `data: [DONE]`. */
 const lastEvent = (text: string) => {
-  const last = text.trimEnd().split('\n').pop()!;
+  const events = text.split('\n').filter((l) => l.startsWith('data: '));
+  expect(events.at(-1)).toBe('data: [DONE]');
+  const last = events.at(-2)!;
   expect(last).toMatch(/^data: \{"error":/);
   return JSON.parse(last.slice('data: '.length)) as { error: { code: string; message: string } };
 };

@@ -117,7 +117,10 @@ describe('a Redis outage, end to end', () => {
     const ended = await Promise.all(streams.map((s) => s.rest));
     const streamsEndedMs = Date.now() - killedAt;
     for (const text of ended) {
-      const last = text.trimEnd().split('\n').pop()!;
+      // The error, then vLLM's closing `data: [DONE]`.
+      const events = text.split('\n').filter((l) => l.startsWith('data: '));
+      expect(events.at(-1)).toBe('data: [DONE]');
+      const last = events.at(-2)!;
       expect(last).toMatch(/^data: \{"error":/);
       expect(JSON.parse(last.slice('data: '.length)).error.code).toBe('redis_unavailable');
     }

@@ -229,7 +229,7 @@ describe('the core scenarios on a three-master cluster', () => {
     // The in-flight streams end with an explicit in-band error, not a silent truncation.
     for (const text of await Promise.all(streams.map((s) => s.rest)))
       expect(text).toMatch(
-        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"(dispatcher_lost|engine_error)"\}\}\n\n$/,
+        /data: \{"error":\{"message":"[^"]+","type":"server_error","param":null,"code":"(dispatcher_lost|engine_error)"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
     // The standby takes the lease and releases the queued jobs.
     for (const a of await Promise.all(queuedAnswers)) {

@@ -146,7 +146,7 @@ describe('waiting clients', () => {
       const text = await res.text();
       expect(text).toContain(': keep-alive');
       expect(text).toMatch(
-        /data: \{"error":\{"message":"no capacity within 1 s; retry later","type":"server_error","param":null,"code":"park_timeout"\}\}\n\n$/,
+        /data: \{"error":\{"message":"no capacity within 1 s; retry later","type":"server_error","param":null,"code":"park_timeout"\}\}\n\ndata: \[DONE\]\n\n$/,
       );
     });
   });

@@ -13,7 +13,7 @@
 // An event stream goes out whole events at a time (SseEvents), so that an in-band error lands
 // on an event boundary whatever TCP did to the engine's chunks.
 import { markStage } from '@sluice/observability';
-import { SSE_KEEPALIVE, sseError } from '@sluice/openai';
+import { SSE_KEEPALIVE, sseErrorEnd } from '@sluice/openai';
 import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
 import { SseEvents } from './sse-events.js';
 import type { ServerResponse } from 'node:http';
@@ -174,7 +174,7 @@ export class HeldRequest {
     if (!res.headersSent) writeRefusal(res, r);
     // Only whole events went out (SseEvents): the error starts on a boundary, and a held
     // half-event is dropped with the request.
-    else if (this.stream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
+    else if (this.stream && !res.destroyed) res.end(sseErrorEnd(r.message, r.type, r.reason));
     // A non-streaming body cut short must not look whole: end the connection without the
     // final chunk, so the client sees an error rather than a truncated answer.
     else res.destroy();
@@ -421,7 +421,7 @@ function engineErrorEvent(status: number, chunks: Buffer[]): string {
   } catch {
     // not JSON: pass the text as it came
   }
-  return sseError(
+  return sseErrorEnd(
     `engine answered ${status}: ${message}`,
     status >= 500 ? 'server_error' : 'invalid_request_error',
     'engine_error',

@@ -12,7 +12,7 @@
 // Sluice key, which no backend may see, so the backend gets none.
 import { once } from 'node:events';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { sseError } from '@sluice/openai';
+import { sseErrorEnd } from '@sluice/openai';
 import type { RejectReason } from '@sluice/protocol';
 import { Agent, request } from 'undici';
 import { REQUEST_ID_HEADER } from './request-id.js';
@@ -182,7 +182,7 @@ async function relay(
 function endedByGateway(res: ServerResponse, r: Refusal, eventStream: boolean): PassthroughAnswer {
   if (!res.headersSent) writeRefusal(res, r);
   // Only whole events went out: the error starts on a boundary; a held half-event is dropped.
-  else if (eventStream && !res.destroyed) res.end(sseError(r.message, r.type, r.reason));
+  else if (eventStream && !res.destroyed) res.end(sseErrorEnd(r.message, r.type, r.reason));
   // A body cut short must not look whole: the connection ends without the final chunk.
   else res.destroy();
   return { status: r.status, reason: r.reason };

@@ -5,7 +5,7 @@
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { sseError } from '@sluice/openai';
+import { sseErrorEnd } from '@sluice/openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Passthrough, type PassthroughAnswer } from '../src/passthrough.ts';
 import { refusal } from '../src/refuse.ts';
@@ -70,7 +70,7 @@ describe('pass-through drain', () => {
       if (done) break;
       text += decoder.decode(value);
     }
-    expect(text).toBe(`data: {"n":1}\n\n${sseError(r.message, r.type, r.reason)}`);
+    expect(text).toBe(`data: {"n":1}\n\n${sseErrorEnd(r.message, r.type, r.reason)}`);
     expect(await answered).toEqual({ status: 503, reason: 'shutting_down' });
     await passthrough.whenIdle();
     expect(passthrough.size).toBe(0);

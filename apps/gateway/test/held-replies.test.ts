@@ -115,7 +115,9 @@ describe('a broken reply frame', () => {
     // What the reviewer published: a head frame whose payload is not JSON.
     await publisher.publish(channel, Buffer.from('Hj1 9999\n{not json'));
     const text = await (await answer).text();
-    expect(text).toMatch(/^data: \{"n":1\}\n\ndata: \{"error":.*"code":"frame_lost".*\}\n\n$/);
+    expect(text).toMatch(
+      /^data: \{"n":1\}\n\ndata: \{"error":.*"code":"frame_lost".*\}\n\ndata: \[DONE\]\n\n$/,
+    );
     expect(held.reason).toBe('frame_lost');
     expect(badFrames).toEqual(['undecodable']);
     expect(await cancelsSoFar()).toEqual(['j1 frame_lost']);

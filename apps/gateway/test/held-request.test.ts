@@ -398,8 +398,11 @@ describe('HeldRequest: an event stream cut anywhere by TCP', () => {
     request.onFrame(frame('half', { type: 'error', info }, at++));
     const text = await (await answer).text();
     expect(text.startsWith(whole)).toBe(true);
-    // What an OpenAI SDK does with each event: every one parses, the last is the error.
-    const parsed = sseEvents(text).map((data) => JSON.parse(data) as Record<string, unknown>);
+    // What an OpenAI SDK does with each event: every one parses, the last is the error, and
+    // the stream ends with [DONE] after it, as vLLM ends a stream that failed.
+    const events = sseEvents(text);
+    expect(events.at(-1)).toBe('[DONE]');
+    const parsed = events.slice(0, -1).map((data) => JSON.parse(data) as Record<string, unknown>);
     expect(parsed).toHaveLength(2);
     expect(parsed[1]).toMatchObject({ error: { code: 'engine_error' } });
     expect(request.reason).toBe('engine_error');

@@ -4,7 +4,7 @@ export { RequestPeekError } from './errors.js';
 export type { RequestPeekErrorCode } from './errors.js';
 export { MAX_DEPTH } from './scan.js';
 export { openaiErrorBody } from './error-body.js';
-export { SSE_DONE, SSE_KEEPALIVE, sseData, sseError } from './sse.js';
+export { SSE_DONE, SSE_KEEPALIVE, sseData, sseError, sseErrorEnd } from './sse.js';
 export type { ByteSpan, PeekedRequest } from './types.js';
 export { plannedMaxTokens, rewriteRequest, VLLM_COMPLETION_MAX_TOKENS } from './rewrite.js';
 export type { RewritePlan } from './rewrite.js';

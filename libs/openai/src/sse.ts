@@ -18,7 +18,7 @@ export function sseData(json: string): string {
 
 /**
  * An in-band error event, for a stream whose headers are already sent: OpenAI SDKs raise it.
- * Send it last and end the stream (no SSE_DONE after it).
+ * End a failed stream with `sseErrorEnd`, not with this alone.
  */
 export function sseError(
   message: string,
@@ -27,4 +27,19 @@ export function sseError(
   param: string | null = null,
 ): string {
   return `data: ${openaiErrorBody(message, type, code, param)}\n\n`;
+}
+
+/**
+ * How a stream that failed ends: the error event, then `data: [DONE]`, as vLLM ends one
+ * (`chat_completion_stream_generator` in vllm/entrypoints/openai/serving_chat.py yields the
+ * error, then "data: [DONE]"). SDKs raise at the error; a client that reads until [DONE]
+ * sees the stream end as it would from vLLM.
+ */
+export function sseErrorEnd(
+  message: string,
+  type: string,
+  code: string | null,
+  param: string | null = null,
+): string {
+  return sseError(message, type, code, param) + SSE_DONE;
 }

@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { SSE_DONE, SSE_KEEPALIVE, openaiErrorBody, sseData, sseError } from '../src/index.js';
+import {
+  SSE_DONE,
+  SSE_KEEPALIVE,
+  openaiErrorBody,
+  sseData,
+  sseError,
+  sseErrorEnd,
+} from '../src/index.js';
 
 describe('openaiErrorBody', () => {
   it('writes the OpenAI error shape, param null unless given', () => {
@@ -47,6 +54,12 @@ describe('SSE framing', () => {
     expect(JSON.parse(event.slice('data: '.length))).toHaveProperty(
       'error.code',
       'engine_unavailable',
+    );
+  });
+
+  it('ends a failed stream as vLLM does: the error event, then [DONE]', () => {
+    expect(sseErrorEnd('gone', 'server_error', 'engine_error')).toBe(
+      `${sseError('gone', 'server_error', 'engine_error')}data: [DONE]\n\n`,
     );
   });
 });
