@@ -12,6 +12,7 @@ import {
   alive,
   answer,
   chat,
+  streamStarted,
   eventually,
   metricSum,
   type SluiceProcess,
@@ -65,22 +66,7 @@ afterAll(async () => {
 async function openStream(base: string, content: string) {
   const res = await chat(base, content, { stream: true, max_tokens: 100_000, ignore_eos: true });
   expect(res.status).toBe(200);
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let text = '';
-  while (!text.includes('data: ')) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    text += decoder.decode(value, { stream: true });
-  }
-  const rest = (async () => {
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return text;
-      text += decoder.decode(value, { stream: true });
-    }
-  })();
-  return { rest };
+  return streamStarted(res);
 }
 
 describe('a Redis outage, end to end', () => {

@@ -59,6 +59,29 @@ export async function readAll(res: Response): Promise<string> {
   }
 }
 
+/**
+ * Reads a stream until its first `data:` event (the engine runs it) and goes on reading in the
+ * background: `rest` resolves with the whole text once the stream ends.
+ */
+export async function streamStarted(res: Response): Promise<{ rest: Promise<string> }> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes('data: ')) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += decoder.decode(value, { stream: true });
+  }
+  const rest = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return text;
+      text += decoder.decode(value, { stream: true });
+    }
+  })();
+  return { rest };
+}
+
 /** A metric summed over its series; undefined when the process exports none of them. */
 export async function metricSum(
   url: string,
