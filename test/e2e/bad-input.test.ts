@@ -108,7 +108,8 @@ describe('bad input at the gateway', () => {
   });
 
   it.each([
-    ['an unknown route', 'GET', '/v1/embeddings', 404, 'not_found'],
+    ['an unknown route', 'GET', '/v1/rerank', 404, 'not_found'],
+    ['a wrong method on the embeddings route', 'GET', '/v1/embeddings', 405, 'method_not_allowed'],
     ['an unknown route with a body', 'POST', '/nope', 404, 'not_found'],
     ['a path that reads as a route pattern', 'GET', '/*x/:id', 404, 'not_found'],
     ['a wrong method', 'GET', '/v1/chat/completions', 405, 'method_not_allowed'],
