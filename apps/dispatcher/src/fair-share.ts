@@ -11,7 +11,7 @@
 // Each pick sends the move and the reading for the next pick ahead of the take, on BullMQ's
 // connection (tenant-queues.ts): once the take answered, the next pick needs no read of its
 // own unless the take got another job than the reading's next (`taken`).
-import { VirtualTokenCounter, type FairShareOptions, type FairShareState } from '@sluice/admission';
+import { VirtualTokenCounter, type FairShareState } from '@sluice/admission';
 import type { TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
@@ -56,7 +56,6 @@ export interface TenantView {
 export class FairShare {
   private readonly queues: TenantQueues;
   private readonly weights: ReadonlyMap<string, number>;
-  private readonly options: FairShareOptions;
   private counter: VirtualTokenCounter;
   private readonly inflight = new Map<string, number>();
   private queued = new Map<string, number>();
@@ -70,8 +69,7 @@ export class FairShare {
   constructor(private readonly deps: FairShareDeps) {
     const names = deps.tenants.map((t) => t.name);
     this.weights = new Map(deps.tenants.map((t) => [t.name, t.weight]));
-    this.options = { weights: this.weights };
-    this.counter = new VirtualTokenCounter(this.options);
+    this.counter = new VirtualTokenCounter({ weights: this.weights });
     this.queues = new TenantQueues(deps.pool, names, deps.keys, deps.redis, deps.bull, deps.queue);
     this.warn = limitedWarn(deps.log);
   }
@@ -90,7 +88,11 @@ export class FairShare {
         // Only configured tenants, and only numbers: a stale or foreign field is ignored.
         if (this.weights.has(tenant) && Number.isFinite(n) && n >= 0) counters[tenant] = n;
       }
-      this.counter = new VirtualTokenCounter(this.options, counters, this.readState(stored));
+      this.counter = new VirtualTokenCounter(
+        { weights: this.weights },
+        counters,
+        this.readState(stored),
+      );
       this.setCounterMetrics();
     } catch (err) {
       log.warn({ pool, err: (err as Error).message }, 'reading fair-share counters failed');
@@ -209,21 +211,12 @@ export class FairShare {
   /**
    * A job `released` was not run after all (its client left, it was cancelled, its body was
    * gone): its input charge is given back, so a tenant whose jobs never reached an engine does
-   * not fall behind in the order. Rare, so the counter is rebuilt (it only adds); a lift
-   * since the charge is kept, the charge alone taken off.
+   * not fall behind in the order.
    */
   notRun(payload: JobPayload): void {
     const tenant = payload.tenant;
     if (tenant === undefined || !this.weights.has(tenant)) return;
-    const charge = new VirtualTokenCounter(this.options);
-    charge.chargeInput(tenant, payload.promptTokens ?? 0);
-    const cost = charge.counter(tenant);
-    if (cost === 0) return;
-    this.counter = new VirtualTokenCounter(
-      this.options,
-      { ...this.counter.snapshot(), [tenant]: Math.max(0, this.counter.counter(tenant) - cost) },
-      this.counter.state(),
-    );
+    this.counter.refundInput(tenant, payload.promptTokens ?? 0);
     this.dirty = true;
   }
 

@@ -17,7 +17,7 @@
 //
 // Pure: no I/O, no clock; the caller says who is waiting and what was generated.
 //
-// Counters only grow. A double holds integers exactly up to 2^53 (9e15): at 100k weighted
+// Counters only grow, but for `refundInput`: the charge of a request that never ran. A double holds integers exactly up to 2^53 (9e15): at 100k weighted
 // tokens a second that is about 2,800 years, and rounding of fractional weights stays far
 // below one token long before that, so no rebasing is done.
 
@@ -106,6 +106,17 @@ export class VirtualTokenCounter {
   /** Charges a released request's input tokens (prompt estimate). */
   chargeInput(tenant: string, tokens: number): void {
     this.#charge(tenant, nonNegative('input tokens', tokens) * this.#inputWeight);
+  }
+
+  /**
+   * Takes back `chargeInput` for a request released but never run (its client left, it was
+   * cancelled): the tenant got nothing for it. Never below 0; a lift since the charge stays.
+   */
+  refundInput(tenant: string, tokens: number): void {
+    const cost =
+      (nonNegative('input tokens', tokens) * this.#inputWeight) / (this.#weights.get(tenant) ?? 1);
+    if (cost === 0) return;
+    this.#counters.set(tenant, Math.max(0, this.counter(tenant) - cost));
   }
 
   /** Charges output tokens as they stream (called many times per request). */

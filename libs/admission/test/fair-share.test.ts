@@ -92,6 +92,16 @@ describe('fair share: worked examples', () => {
     expect(flat.counter('a')).toBe(20);
   });
 
+  it('refunds an input charge by the weight, never below 0', () => {
+    const vtc = new VirtualTokenCounter({ weights: new Map([['a', 2]]) });
+    vtc.chargeInput('a', 100);
+    vtc.chargeInput('a', 40);
+    vtc.refundInput('a', 40);
+    expect(vtc.counter('a')).toBe(50);
+    vtc.refundInput('a', 1000);
+    expect(vtc.counter('a')).toBe(0);
+  });
+
   it('ties go to the tenant named first', () => {
     const vtc = new VirtualTokenCounter(equal);
     expect(vtc.pick(['b', 'a'])).toBe('b');
