@@ -2,6 +2,12 @@
 // job id, and a watchdog that ends requests whose dispatcher went silent. Silence counts only
 // while the channel can carry frames: an outage of the connection itself is the business of
 // the loss watch (redis-loss.ts), which answers with the reason that is true.
+//
+// A watchdog tick that comes more than one interval late ran after a stall of this gateway's
+// own event loop (a long GC, a starved process): frames that came meanwhile still wait in
+// the socket, read only after the timers, so the silence may be the gateway's. It judges at
+// the next tick instead, after the loop has read them; that one judges even when late too,
+// so a gateway that stalls at every tick still notices a dispatcher that died.
 import { decodeFrame, frameJobId, messageFrames, ProtocolError } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
@@ -9,6 +15,9 @@ import type { HeldRequest } from './held-request.js';
 export class ReplyRouter {
   readonly held = new Map<string, HeldRequest>();
   private readonly watchdog: NodeJS.Timeout;
+  private readonly tickMs: number;
+  private lastTickAt: number;
+  private skippedLateTick = false;
   private idleWaiters: (() => void)[] = [];
 
   constructor(
@@ -18,10 +27,9 @@ export class ReplyRouter {
     private readonly now: () => number,
     private readonly onBadFrame: (kind: 'undecodable' | 'unknown_job', detail: string) => void,
   ) {
-    this.watchdog = setInterval(
-      () => this.checkSilence(),
-      Math.max(50, Math.floor(silenceTimeoutMs / 5)),
-    );
+    this.tickMs = Math.max(50, Math.floor(silenceTimeoutMs / 5));
+    this.lastTickAt = now();
+    this.watchdog = setInterval(() => this.tick(), this.tickMs);
     this.watchdog.unref();
   }
 
@@ -85,9 +93,21 @@ export class ReplyRouter {
     }
   }
 
-  private checkSilence(): void {
+  private tick(): void {
+    const now = this.now();
+    const late = now - this.lastTickAt > 2 * this.tickMs;
+    this.lastTickAt = now;
+    if (late && !this.skippedLateTick) {
+      this.skippedLateTick = true;
+      return;
+    }
+    this.skippedLateTick = false;
+    this.checkSilence(now);
+  }
+
+  private checkSilence(now: number): void {
     if (this.subscriber.status !== 'ready') return;
-    const cutoff = this.now() - this.silenceTimeoutMs;
+    const cutoff = now - this.silenceTimeoutMs;
     for (const held of this.held.values())
       if (held.state === 'running' && held.lastFrameAt < cutoff) held.silent();
   }
