@@ -1,7 +1,8 @@
 // The fair share of one pool among its tenants, as the leader runs it: before each take, the
 // tenant with waiting work and the least weighted service (`@sluice/admission`'s Virtual
 // Token Counter) has its next job moved to the front of the queue; input tokens are charged
-// at release, output tokens as they stream. The input charge is made when the release loop
+// at release (the gateway's estimate, replaced by the engine's `usage.prompt_tokens` when the
+// answer reports it), output tokens as they stream. The input charge is made when the release loop
 // lets a job go (`released`, in turn with the picks, so the next pick sees it) and given back
 // when the job runner then skips the job (`notRun`); the tenant's counters count it only once
 // it really goes to its engine (`started`). The counters live in this process and are
@@ -220,6 +221,17 @@ export class FairShare {
     this.dirty = true;
   }
 
+  /**
+   * The engine reported the prompt's tokens (`usage.prompt_tokens`) at the end of a run: the
+   * input charged at release, the gateway's estimate, is replaced by that count.
+   */
+  inputReported(payload: JobPayload, promptTokens: number): void {
+    const tenant = payload.tenant;
+    if (tenant === undefined || !this.weights.has(tenant)) return;
+    this.counter.correctInput(tenant, payload.promptTokens ?? 0, promptTokens);
+    this.dirty = true;
+  }
+
   /** The run of a released job ended. */
   ended(payload: JobPayload): void {
     const tenant = payload.tenant;
@@ -234,9 +246,18 @@ export class FairShare {
     if (payload.tenant !== undefined) this.queues.remove(payload.tenant, jobId);
   }
 
-  /** Output tokens of a running job of `tenant`, as they stream. */
+  /**
+   * Output tokens of a running job of `tenant`, as they stream; negative at the end when the
+   * engine's usage reports fewer than were counted (output-tokens.ts, `end`): the counter is
+   * corrected, the token counter (a Prometheus counter) keeps what streamed.
+   */
   output(tenant: string | undefined, tokens: number): void {
-    if (tenant === undefined || tokens <= 0 || !this.weights.has(tenant)) return;
+    if (tenant === undefined || tokens === 0 || !this.weights.has(tenant)) return;
+    if (tokens < 0) {
+      this.counter.correctOutput(tenant, -tokens, 0);
+      this.dirty = true;
+      return;
+    }
     this.counter.chargeOutput(tenant, tokens);
     this.dirty = true;
     this.deps.metrics.tenantTokens.inc({ pool: this.deps.pool, tenant, kind: 'output' }, tokens);

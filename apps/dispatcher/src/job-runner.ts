@@ -33,8 +33,8 @@ export interface JobRunnerDeps {
   released: () => void;
   /**
    * The pool's fair share among tenants; absent without tenants. Told when a job goes to its
-   * engine (`started`) or is skipped (`notRun`: the release loop's input charge comes back), and
-   * charged with output tokens.
+   * engine (`started`) or is skipped (`notRun`: the release loop's input charge comes back),
+   * charged with output tokens, and given the engine's prompt count when it reports one.
    */
   fairShare?: FairShare;
 }
@@ -204,6 +204,8 @@ export class JobRunner {
               'engine usage count is not a token count: ignored',
             );
           fairShare?.output(payload.tenant, more);
+          const promptTokens = tokens.reported?.promptTokens;
+          if (promptTokens !== undefined) fairShare?.inputReported(payload, promptTokens);
           return payload.endCounts === true ? tokens.totals() : undefined;
         },
       });

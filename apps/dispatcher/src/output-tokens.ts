@@ -97,9 +97,11 @@ export class OutputTokens {
   }
 
   /**
-   * At the end of the body: the tokens the engine's `usage` reports beyond those counted, or
-   * 0 when it reports none (or fewer: a charge is never taken back). A first event the body
-   * ended in is charged here.
+   * At the end of the body: the tokens the engine's `usage` reports beyond those counted, 0
+   * when it reports none. Negative when it reports fewer: a stream that asked for
+   * `stream_options.include_usage` ends with an event of its own that carries only the usage
+   * (`choices: []`; vllm/entrypoints/openai/serving_chat.py, `final_usage_chunk`), counted as
+   * it passed. A first event the body ended in is charged here.
    */
   end(): number {
     let more = 0;
@@ -126,7 +128,6 @@ export class OutputTokens {
     this.reported = { completionTokens: reported };
     if (isTokenCount(promptTokens)) this.reported.promptTokens = promptTokens;
     else if (prompt !== undefined) this.ignored = { promptTokens: prompt };
-    if (reported <= this.counted) return more;
     more += reported - this.counted;
     this.counted = reported;
     return more;

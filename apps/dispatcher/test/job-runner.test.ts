@@ -138,6 +138,8 @@ async function take(
     long?: boolean;
     tenant?: string;
     promptTokens?: number;
+    /** The stream ends with the engine's `usage` (`stream_options.include_usage`). */
+    includeUsage?: boolean;
   } = {},
 ) {
   const replica = `r${(replicas += 1)}`;
@@ -149,6 +151,7 @@ async function take(
     max_tokens: opts.maxTokens ?? 3,
     ignore_eos: true,
     ...(opts.simPromptTokens === undefined ? {} : { sim_prompt_tokens: opts.simPromptTokens }),
+    ...(opts.includeUsage ? { stream_options: { include_usage: true } } : {}),
   });
   const payload: JobPayload = {
     v: 1,
@@ -350,6 +353,20 @@ describe('job runner', () => {
     expect([released, input]).toEqual([1, 6]);
     // Its input, and its output (weighted twice) as it streamed.
     expect(virtualTokens).toBe(6 + 2 * 3);
+  });
+
+  it("replaces a tenant's estimated input charge with the engine's prompt count", async () => {
+    const tenant = 'counted-tenant';
+    const fairShare = fairShareOf(tenant);
+    const run = runner(undefined, { fairShare });
+    const sent = await take({ tenant, promptTokens: 6, simPromptTokens: 40, includeUsage: true });
+    fairShare.released(sent.entry.id, sent.entry.payload);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6);
+    expect(await runAndRecord(sent.entry, run)).toBe('ok');
+    const end = await eventually(() => sent.frames.find((f) => f.type === 'end'), 'the end frame');
+    expect(end).toMatchObject({ info: { promptTokens: 40, completionTokens: 3 } });
+    // The engine's 40 prompt tokens, not the estimate, and the output weighted twice.
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(40 + 2 * 3);
   });
 
   it('skips a job cancelled before its run started', async () => {

@@ -143,12 +143,15 @@ describe('output tokens from the relayed body', () => {
     counted.chunk(Buffer.from(event('a') + event('b') + 'data: [DONE]\n\n'));
     counted.end();
     expect(counted.totals()).toEqual({ completionTokens: 2 });
-    // Fewer than counted: the charge stays, the end frame says what the engine reported.
+    // Fewer than counted: the usage's own event passed as a token. The charge is corrected
+    // down, and the end frame says what the engine reported.
     const fewer = new OutputTokens(true);
     fewer.chunk(Buffer.from(event('a') + event('b') + event('c')));
-    fewer.chunk(Buffer.from('data: {"choices":[],"usage":{"completion_tokens":2}}\n\n'));
-    expect(fewer.end()).toBe(0);
-    expect(fewer.totals()).toEqual({ completionTokens: 2 });
+    fewer.chunk(Buffer.from('data: {"choices":[],"usage":{"completion_tokens":3}}\n\n'));
+    expect(fewer.counted).toBe(4);
+    expect(fewer.end()).toBe(-1);
+    expect(fewer.counted).toBe(3);
+    expect(fewer.totals()).toEqual({ completionTokens: 3 });
     const plain = new OutputTokens(false);
     plain.chunk(Buffer.from('{"choices":[]}'));
     plain.end();
@@ -179,14 +182,14 @@ describe('output tokens from the relayed body', () => {
     expect(tokens.end()).toBe(40);
   });
 
-  it('charges nothing more where the engine reports no usage, or less than counted', () => {
+  it('charges nothing more where the engine reports no usage, and takes back what it does not count', () => {
     const plain = new OutputTokens(false);
     plain.chunk(Buffer.from('{"choices":[]}'));
     expect(plain.end()).toBe(0);
     const stream = new OutputTokens(true);
     stream.chunk(Buffer.from(event('a') + event('b') + event('c')));
     stream.chunk(Buffer.from('data: {"choices":[],"usage":{"completion_tokens":2}}\n\n'));
-    expect(stream.end()).toBe(0);
+    expect(stream.end()).toBe(-2);
     expect(new OutputTokens(true).end()).toBe(0);
   });
 
@@ -409,10 +412,10 @@ describe('streams: data events at the start of a line, wherever the chunks cut t
               : `data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"total_tokens":${usage + 3},"completion_tokens":${usage}}}\n\n`;
           const body =
             (role ? ROLE : '') + contents.map(event).join('') + usageEvent + (done ? DONE : '');
-          // One token per content event, the usage event's own included; the usage's count
-          // where it is more.
+          // One token per content event, the usage event's own included as it passes; the
+          // usage's count, more or fewer, at the end.
           const events = contents.length + (usage === undefined ? 0 : 1);
-          const counted = Math.max(events, usage ?? 0);
+          const counted = usage ?? events;
           const totals =
             usage === undefined
               ? { completionTokens: events }

@@ -17,8 +17,9 @@
 //
 // Pure: no I/O, no clock; the caller says who is waiting and what was generated.
 //
-// Counters only grow, but for `refundInput`: the charge of a request that never ran. A double holds integers exactly up to 2^53 (9e15): at 100k weighted
-// tokens a second that is about 2,800 years, and rounding of fractional weights stays far
+// Counters only grow, but for `refundInput` (the charge of a request that never ran) and
+// `correctInput` / `correctOutput` (a charge replaced by the engine's own count). A double holds
+// integers exactly up to 2^53 (9e15): at 100k weighted tokens a second that is about 2,800 years, and rounding of fractional weights stays far
 // below one token long before that, so no rebasing is done.
 
 export interface FairShareOptions {
@@ -113,10 +114,20 @@ export class VirtualTokenCounter {
    * cancelled): the tenant got nothing for it. Never below 0; a lift since the charge stays.
    */
   refundInput(tenant: string, tokens: number): void {
-    const cost =
-      (nonNegative('input tokens', tokens) * this.#inputWeight) / (this.#weights.get(tenant) ?? 1);
-    if (cost === 0) return;
-    this.#counters.set(tenant, Math.max(0, this.counter(tenant) - cost));
+    this.correctInput(tenant, tokens, 0);
+  }
+
+  /**
+   * Replaces the `charged` input of a request (an estimate) with the `actual` count the engine
+   * reported once it ran. Never below 0; a lift since the charge stays.
+   */
+  correctInput(tenant: string, charged: number, actual: number): void {
+    this.#correct(tenant, 'input tokens', this.#inputWeight, charged, actual);
+  }
+
+  /** As `correctInput`, for output tokens counted as they streamed. */
+  correctOutput(tenant: string, charged: number, actual: number): void {
+    this.#correct(tenant, 'output tokens', this.#outputWeight, charged, actual);
   }
 
   /** Charges output tokens as they stream (called many times per request). */
@@ -136,6 +147,13 @@ export class VirtualTokenCounter {
   #charge(tenant: string, cost: number): void {
     if (cost === 0) return;
     this.#counters.set(tenant, this.counter(tenant) + cost / (this.#weights.get(tenant) ?? 1));
+  }
+
+  #correct(tenant: string, what: string, weight: number, charged: number, actual: number): void {
+    const tokens = nonNegative(what, actual) - nonNegative(what, charged);
+    if (tokens === 0) return;
+    const cost = (tokens * weight) / (this.#weights.get(tenant) ?? 1);
+    this.#counters.set(tenant, Math.max(0, this.counter(tenant) + cost));
   }
 
   #lift(waiting: readonly string[]): void {

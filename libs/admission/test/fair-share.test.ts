@@ -102,6 +102,27 @@ describe('fair share: worked examples', () => {
     expect(vtc.counter('a')).toBe(0);
   });
 
+  it("replaces an estimated charge with the engine's count, by weight, never below 0", () => {
+    const vtc = new VirtualTokenCounter({ weights: new Map([['a', 2]]), inputWeight: 1 });
+    vtc.chargeInput('a', 100);
+    vtc.chargeOutput('a', 10);
+    expect(vtc.counter('a')).toBe(60);
+    // The prompt was 300 tokens, not the 100 estimated: 200 more at weight 2.
+    vtc.correctInput('a', 100, 300);
+    expect(vtc.counter('a')).toBe(160);
+    // And a prompt estimated high: 260 charged, 60 real.
+    vtc.chargeInput('a', 260);
+    vtc.correctInput('a', 260, 60);
+    expect(vtc.counter('a')).toBe(190);
+    vtc.correctInput('a', 10_000, 0);
+    expect(vtc.counter('a')).toBe(0);
+    expect(() => vtc.correctInput('a', 1, Number.NaN)).toThrow(RangeError);
+    // Output counted as it streamed (weighted twice), corrected to the engine's count.
+    vtc.chargeOutput('a', 11);
+    vtc.correctOutput('a', 11, 10);
+    expect(vtc.counter('a')).toBe(10);
+  });
+
   it('ties go to the tenant named first', () => {
     const vtc = new VirtualTokenCounter(equal);
     expect(vtc.pick(['b', 'a'])).toBe('b');
