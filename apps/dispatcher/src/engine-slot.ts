@@ -7,6 +7,7 @@ import {
   createEngineObserver,
   type EngineObserver,
   type ObservedEngine,
+  type VllmState,
 } from '@sluice/engine-metrics';
 import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/observability';
 import { EngineClient, type EngineTimeouts } from './engine-call.js';
@@ -28,7 +29,7 @@ export interface EngineSlot extends PrefillView, PrefillCounters {
   /** The engine's max_num_seqs last logged beside a cap someone set (logged once per value). */
   reportedMaxNumSeqs?: number;
   /** The engine's prefill histogram sums at the previous scrape. */
-  prefillTotals?: { promptTokens: number; seconds: number } | undefined;
+  prefillTotals?: VllmState['prefillTotals'];
 }
 
 export function createEngineSlot(
@@ -144,18 +145,27 @@ export function observeEngine(
   deps.changed();
 }
 
-/** The engine's own prefill rate since the previous scrape (see PrefillRate). */
+/**
+ * The engine's own prefill rate since the previous scrape (see PrefillRate): the growth of the
+ * tokens it computed for the requests finished meanwhile over that of their prefill seconds.
+ * Where the engine exports `vllm:request_prefill_kv_computed_tokens` (vLLM >= 0.13) those
+ * tokens leave prefix-cache hits out; an older engine has only its prompt tokens, hits
+ * included, and with prefix caching that rate reads fast (see libs/engine-metrics vllm.ts).
+ * Two scrapes of different kinds (the engine was upgraded, or the family was unreadable once)
+ * are not differenced.
+ */
 function samplePrefillRate(
   deps: ObservationDeps,
   engine: EngineSlot,
-  totals: { promptTokens: number; seconds: number } | undefined,
+  totals: VllmState['prefillTotals'],
 ): void {
   const previous = engine.prefillTotals;
   engine.prefillTotals = totals;
-  if (!totals || !previous) return;
+  if (!totals || !previous || totals.excludesCached !== previous.excludesCached) return;
   deps.prefillRate.sampleEngine(
-    totals.promptTokens - previous.promptTokens,
+    totals.tokens - previous.tokens,
     totals.seconds - previous.seconds,
+    totals.excludesCached,
   );
   setPrefillRate(deps.metrics, deps.pool, deps.prefillRate);
 }

@@ -6,7 +6,7 @@
 import { pickEngine, type GatePolicy } from '@sluice/admission';
 import { Job, type Worker } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
-import type { InflightJob } from './ledger.js';
+import { sequencesOf, type InflightJob } from './ledger.js';
 
 /** How a run ended, as BullMQ records it: `ok` completes the job, anything else fails it. */
 export type RunOutcome = 'ok' | (string & {});
@@ -32,7 +32,7 @@ export interface HandoverView {
 export function mayHandOver(ending: InflightJob, view: HandoverView): boolean {
   if (!view.mayTake || view.loopWaiting || view.promotedPending) return false;
   const freed = view.engines.map((e) =>
-    e === ending.engine ? { ...e, inflight: e.inflight - 1 } : e,
+    e === ending.engine ? { ...e, inflight: e.inflight - sequencesOf(ending.payload) } : e,
   );
   return pickEngine(freed, view.policy, view.now) !== -1;
 }

@@ -145,6 +145,7 @@ export class Holding {
         long: classify(tokens, this.deps.longPrompts) === 'long',
         priority: payload.priority,
         enqueuedAt: payload.enqueuedAt,
+        sequences: payload.sequences ?? 1,
       });
     }
     if (jobs.length > 0)

@@ -3,7 +3,7 @@
 // outcome for the release loop to record (handover.ts). Also the two ways a taken job ends
 // without running (skipped, expired).
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
-import { jobBody, type JobPayload, type KeySpace } from '@sluice/protocol';
+import { jobBody, type ErrorInfo, type JobPayload, type KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Job } from 'bullmq';
 import type { CancelBook } from './cancels.js';
@@ -56,23 +56,38 @@ export class JobRunner {
    * it can still remove the job from the queue; when this dispatcher took it at that very
    * moment, it cannot, and waits for a frame: this one.
    */
-  async expire(job: Job, token: string, payload: JobPayload): Promise<void> {
+  expire(job: Job, token: string, payload: JobPayload): Promise<void> {
+    const message = `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`;
+    return this.refuse(job, token, payload, { code: 'park_timeout', message }, 'past_deadline');
+  }
+
+  /**
+   * Fails a taken job without running it, its client told why by an error frame; `reason`
+   * labels `sluice_skipped_total`.
+   */
+  async refuse(
+    job: Job,
+    token: string,
+    payload: JobPayload,
+    frame: ErrorInfo,
+    reason: string,
+  ): Promise<void> {
     const { hub, keys } = this.deps;
     try {
       const relay = hub.open(job.id!, keys.replyChannel(payload.replica));
-      relay.error({
-        code: 'park_timeout',
-        message: `no capacity within ${Math.round(this.deps.maxParkSeconds)} s; retry later`,
-      });
+      relay.error(frame);
       hub.close(relay);
       // The frame first, as at the end of a run (runJob).
       await hub.written();
     } catch (err) {
       // Its caller (the loop's take, or a handover inside a run's end) does not wait for this:
       // a throw here would end the process. The job is failed all the same, not left active.
-      this.deps.log.error({ jobId: job.id, err }, "sending an expired job's park_timeout failed");
+      this.deps.log.error(
+        { jobId: job.id, err, code: frame.code },
+        'sending an error frame failed',
+      );
     }
-    return this.discard(job, token, 'past_deadline');
+    return this.discard(job, token, reason);
   }
 
   /**

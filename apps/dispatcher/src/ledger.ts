@@ -1,5 +1,6 @@
 // The jobs this dispatcher runs, and the one place in-flight counts change: `begin` when a
-// job is released, `complete` when its run ended, however. Both are synchronous, so the
+// job is released, `complete` when its run ended, however. A job counts as the engine requests
+// it becomes (`sequencesOf`). Both are synchronous, so the
 // counts the gate reads are exact between any two awaits.
 import { gaugeSeries, type DispatcherMetrics, type GaugeSeries } from '@sluice/observability';
 import type { JobPayload } from '@sluice/protocol';
@@ -33,6 +34,14 @@ export interface InflightJob {
  * that the engine runs it: by its first byte.
  */
 export const STREAM_TRANSIT_MS = 1000;
+
+/**
+ * The engine requests a job becomes: each of `n` choices and each prompt of a batch is a
+ * request of its own in vLLM V1, counted in its running and waiting gauges.
+ */
+export function sequencesOf(payload: JobPayload): number {
+  return payload.sequences ?? 1;
+}
 
 export interface LedgerDeps {
   pool: string;
@@ -84,7 +93,7 @@ export class InflightLedger {
         !e.payload.stream ||
         (e.firstByteAt !== undefined && e.firstByteAt <= sentAt) ||
         e.callStartedAt <= sentAt - STREAM_TRANSIT_MS;
-      if (surely) n += 1;
+      if (surely) n += sequencesOf(e.payload);
     }
     return n;
   }
@@ -104,7 +113,7 @@ export class InflightLedger {
     long: boolean,
   ): InflightJob {
     const { prefillRate, now } = this.deps;
-    engine.inflight += 1;
+    engine.inflight += sequencesOf(payload);
     const work = trackRelease(engine, {
       long,
       promptTokens: payload.promptTokens ?? 0,
@@ -133,7 +142,7 @@ export class InflightLedger {
     if (this.jobs.get(entry.id) !== entry) return false;
     this.jobs.delete(entry.id);
     const { engine } = entry;
-    engine.inflight -= 1;
+    engine.inflight -= sequencesOf(entry.payload);
     // Its `changed` sets the engine's series, the long-prompt counts updated first.
     entry.work.finished();
     if (this.jobs.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();

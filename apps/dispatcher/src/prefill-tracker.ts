@@ -52,31 +52,58 @@ export function scraped(c: PrefillCounters, kvCapacityTokens: number | undefined
 }
 
 /**
- * Smoothed prefill rate, tokens per second. Two sources: long prompts streamed through this
- * dispatcher (release to first byte: exactly what "in prefill" means here), and, until one has
- * been, the engines' own finished requests (the growth of `vllm:request_prompt_tokens_sum`
- * over that of `vllm:request_prefill_time_seconds_sum` between scrapes; short requests weigh
- * in too, which makes it err slow, i.e. toward holding long prompts back).
+ * Smoothed prefill rate, tokens per second. Two sources:
+ *
+ * - long prompts streamed through this dispatcher (release to first byte: exactly what "in
+ *   prefill" means here), `value`;
+ * - the engines' own finished requests, between scrapes: the growth of the tokens they
+ *   computed over that of `vllm:request_prefill_time_seconds_sum`. Where an engine exports
+ *   `vllm:request_prefill_kv_computed_tokens` (vLLM >= 0.13) those tokens leave prefix-cache
+ *   hits out, `engineValue`; an older engine has only `vllm:request_prompt_tokens`, hits
+ *   included, while the prefill seconds cover only the computed part, so with prefix caching
+ *   (vLLM's default) that rate reads fast, `enginePromptValue`, the last resort. Short
+ *   requests weigh in too: each costs at least one engine step however few tokens it
+ *   computed, so a mostly cached one reads slow in the cache-free rate (toward holding long
+ *   prompts back) where it read fast in the prompt-token one.
+ *
+ * A streamed sample has the same bias as the prompt-token rate: a prompt mostly in the prefix
+ * cache sends its first byte after a fraction of a cold prefill, and the dispatcher cannot
+ * tell at the first byte (only the answer's `usage.prompt_tokens_details.cached_tokens`
+ * says, at its end, and only from an engine run with `--enable-prompt-tokens-details`). One
+ * such sample would take the smoothed value to thousands of tokens a second, and a cold long
+ * prompt released without a stream would leave "prefill" within a second. So where the
+ * engines' cache-free rate is known, the rules use the slower of the two; without it (older
+ * vLLM), the streamed rate as measured, which a cached prompt can read fast. Either way the
+ * rate is never faster than the streamed one alone, or than the prompt-token one was.
  */
 export class PrefillRate {
   /** From long prompts streamed through this dispatcher. */
   value: number | undefined;
-  /** From the engines' own histograms. */
+  /** From the engines' own histograms, prefix-cache hits excluded. */
   engineValue: number | undefined;
+  /** From engines that count prefix-cache hits as prefilled (vLLM < 0.13): reads fast. */
+  enginePromptValue: number | undefined;
 
   constructor(private readonly alpha = 0.3) {}
 
-  /** The rate the rules use: the streamed measurement, else the engines'. */
+  /**
+   * The rate the rules use: the slower of the streamed measurement and the engines' cache-free
+   * rate; either one alone; else the engines' prompt-token rate.
+   */
   get current(): number | undefined {
-    return this.value ?? this.engineValue;
+    const { value, engineValue } = this;
+    if (value === undefined) return engineValue ?? this.enginePromptValue;
+    return engineValue === undefined ? value : Math.min(value, engineValue);
   }
 
   sample(tokens: number, seconds: number): void {
     this.value = this.blend(this.value, tokens, seconds);
   }
 
-  sampleEngine(tokens: number, seconds: number): void {
-    this.engineValue = this.blend(this.engineValue, tokens, seconds);
+  /** `excludesCached`: the tokens are computed ones, prefix-cache hits left out. */
+  sampleEngine(tokens: number, seconds: number, excludesCached: boolean): void {
+    if (excludesCached) this.engineValue = this.blend(this.engineValue, tokens, seconds);
+    else this.enginePromptValue = this.blend(this.enginePromptValue, tokens, seconds);
   }
 
   private blend(previous: number | undefined, tokens: number, seconds: number) {

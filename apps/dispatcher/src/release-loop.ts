@@ -17,7 +17,7 @@ import type { EngineSlot } from './engine-slot.js';
 import type { FairShare } from './fair-share.js';
 import { mayHandOver, recordOutcome, type RunOutcome } from './handover.js';
 import type { Holding } from './holding.js';
-import type { InflightJob, InflightLedger } from './ledger.js';
+import { sequencesOf, type InflightJob, type InflightLedger } from './ledger.js';
 import type { JobRunner } from './job-runner.js';
 import { markDrained } from './queue-probe.js';
 
@@ -266,12 +266,30 @@ export class ReleaseLoop {
       long: classify(promptTokens, pool.longPrompts) === 'long',
       priority: payload.priority,
       enqueuedAt: payload.enqueuedAt,
+      sequences: sequencesOf(payload),
     };
+    const widest = this.widestCap(candidate.long);
+    if (candidate.sequences > widest) {
+      // More engine requests than any engine may run at once: held, it would wait to its park
+      // limit; released, it would break the cap.
+      this.deps.fairShare?.dropped(jobId, payload);
+      const message = `n x prompts makes ${candidate.sequences} engine requests; pool ${pool.name} runs at most ${widest} at once on one engine: lower n or send fewer prompts per request`;
+      void runner.refuse(job, token, payload, { code: 'bad_request', message }, 'over_cap');
+      return undefined;
+    }
     const verdict = releaseVerdict(candidate, holding.context(at));
     if (verdict.go)
       return { engine: this.deps.engines[verdict.engine]!, payload, long: candidate.long };
     void holding.hold(job, token, payload, { ...candidate, job }, verdict.reason);
     return undefined;
+  }
+
+  /** The largest cap among the engines that take prompts of this class (their lane). */
+  private widestCap(long: boolean): number {
+    let widest = 0;
+    for (const engine of this.deps.engines)
+      if (engine.lane !== (long ? 'short' : 'long')) widest = Math.max(widest, engine.cap);
+    return widest;
   }
 
   /**

@@ -5,9 +5,9 @@ import { releaseDecision, type GatePolicy, type LongPromptPolicy } from '@sluice
 import type { EngineConfig } from '@sluice/config';
 import { parseExposition, readVllmState, type ObservedEngine } from '@sluice/engine-metrics';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createEngineSlot, observeEngine, type ObservationDeps } from '../src/engine-slot.ts';
-import { PrefillRate } from '../src/prefill-tracker.ts';
+import { PrefillRate, trackRelease } from '../src/prefill-tracker.ts';
 
 const NOW = 1_700_000_000_000;
 const gate: GatePolicy = { kvThreshold: 0.9, failMode: 'open', maxGaugeAgeMs: 2000 };
@@ -148,5 +148,196 @@ describe("the cap and the engine's own max_num_seqs", () => {
     expect(engine.cap).toBe(128);
     expect(lines).toHaveLength(2);
     expect(lines[0]).toMatch(/^error: the cap set for this engine is above its max_num_seqs/);
+  });
+});
+
+/** A request vLLM finished: its prompt, the part found in the prefix cache, its prefill time. */
+interface Finished {
+  prompt: number;
+  cached: number;
+  prefillSeconds: number;
+}
+
+/** prometheus_client's `floatToGoString`: Python's repr, exponent form past six digits. */
+function goFloat(value: number): string {
+  const text = Number.isInteger(value) ? `${value}.0` : String(value);
+  const dot = text.indexOf('.');
+  if (value <= 0 || dot <= 6) return text;
+  const mantissa = `${text[0]}.${text.slice(1, dot)}${text.slice(dot + 1)}`.replace(/[0.]+$/, '');
+  return `${mantissa}e+0${dot - 1}`;
+}
+
+/** vLLM's `build_1_2_5_buckets(max_model_len)` (vllm/v1/metrics/loggers.py), 131,072 here. */
+const tokenBuckets = [
+  1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000,
+];
+/** `request_latency_buckets` of the same file. */
+const latencyBuckets = [
+  0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+  480.0, 960.0, 1920.0, 7680.0,
+];
+const MODEL = 'Qwen/Qwen3-32B';
+
+function histogram(name: string, help: string, buckets: number[], values: number[]): string[] {
+  const labels = `engine="0",model_name="${MODEL}"`;
+  const count = (le: number) => values.filter((v) => v <= le).length;
+  return [
+    `# HELP ${name} ${help}`,
+    `# TYPE ${name} histogram`,
+    ...buckets.map(
+      (le) =>
+        `${name}_bucket{engine="0",le="${goFloat(le)}",model_name="${MODEL}"} ${goFloat(count(le))}`,
+    ),
+    `${name}_bucket{engine="0",le="+Inf",model_name="${MODEL}"} ${goFloat(values.length)}`,
+    `${name}_count{${labels}} ${goFloat(values.length)}`,
+    `${name}_sum{${labels}} ${goFloat(values.reduce((a, b) => a + b, 0))}`,
+    `# HELP ${name}_created ${help}`,
+    `# TYPE ${name}_created gauge`,
+    `${name}_created{${labels}} 1.7659396541925035e+09`,
+  ];
+}
+
+/**
+ * The /metrics of a vLLM >= 0.13 server (one rank) that has finished `done`: the gauges, the
+ * cache config and the three request histograms vllm/v1/metrics/loggers.py observes, in one
+ * loop, for each finished request ("prefill_kv_computed = finished_request.num_prompt_tokens -
+ * max(finished_request.num_cached_tokens, 0)").
+ */
+function vllmScrape(done: Finished[], at: number, computedTokens = true): ObservedEngine {
+  const labels = `engine="0",model_name="${MODEL}"`;
+  const lines = [
+    '# HELP vllm:num_requests_running Number of requests in model execution batches.',
+    '# TYPE vllm:num_requests_running gauge',
+    `vllm:num_requests_running{${labels}} 1.0`,
+    '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.',
+    '# TYPE vllm:num_requests_waiting gauge',
+    `vllm:num_requests_waiting{${labels}} 0.0`,
+    '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.',
+    '# TYPE vllm:kv_cache_usage_perc gauge',
+    `vllm:kv_cache_usage_perc{${labels}} 0.1`,
+    '# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig',
+    '# TYPE vllm:cache_config_info gauge',
+    `vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",num_gpu_blocks="20000"} 1.0`,
+    ...histogram(
+      'vllm:request_prompt_tokens',
+      'Number of prefill tokens processed.',
+      tokenBuckets,
+      done.map((r) => r.prompt),
+    ),
+    ...histogram(
+      'vllm:request_prefill_time_seconds',
+      'Histogram of time spent in PREFILL phase for request.',
+      latencyBuckets,
+      done.map((r) => r.prefillSeconds),
+    ),
+    ...(computedTokens
+      ? histogram(
+          'vllm:request_prefill_kv_computed_tokens',
+          'Histogram of new KV tokens computed during prefill (excluding cached tokens).',
+          tokenBuckets,
+          done.map((r) => r.prompt - Math.max(r.cached, 0)),
+        )
+      : []),
+    '',
+  ];
+  return {
+    name: 'e',
+    health: 'healthy',
+    vllm: readVllmState(parseExposition(lines.join('\n'))),
+    scrapedAt: at,
+    scrapeSentAt: at,
+    consecutiveFailures: 0,
+    degraded: false,
+    staleTransitions: 0,
+  };
+}
+
+describe("the engine's own prefill rate, with prefix caching", () => {
+  afterEach(() => vi.useRealTimers());
+
+  const earlier: Finished[] = [{ prompt: 4000, cached: 0, prefillSeconds: 1.2 }];
+  // Between two scrapes, a cold 65,536-token prompt (the reference engine's 250 s of prefill)
+  // and 40 turns of an agent's 64,000-token conversation, each but its last 512 tokens in
+  // the prefix cache. Prompt tokens over prefill seconds: 2,625,536 / 254 = 10,337 tokens a
+  // second; the engine computed 86,016 in those 254 s, 339 a second.
+  const since: Finished[] = [
+    { prompt: 65_536, cached: 0, prefillSeconds: 250 },
+    ...Array.from({ length: 40 }, () => ({ prompt: 64_000, cached: 63_488, prefillSeconds: 0.1 })),
+  ];
+
+  function scrapedTwice(computedTokens: boolean) {
+    const rate = new PrefillRate();
+    const engine = createEngineSlot(
+      { name: 'e', url: 'http://127.0.0.1:9', maxInflight: 8, capSource: 'config', lane: 'any' },
+      {
+        timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
+        scrape: { intervalMs: 1000, staleAfterFailures: 3 },
+        now: () => NOW,
+      },
+    );
+    const deps: ObservationDeps = {
+      pool: 'p',
+      metrics: dispatcherMetrics(new Registry()),
+      policy: gate,
+      prefillRate: rate,
+      log: { warn: () => {}, error: () => {} },
+      capChanged: () => {},
+      changed: () => {},
+      onEngineBy: () => 0,
+    };
+    observeEngine(deps, engine, vllmScrape(earlier, NOW, computedTokens));
+    observeEngine(deps, engine, vllmScrape([...earlier, ...since], NOW + 1000, computedTokens));
+    return { engine, rate };
+  }
+
+  it('reads the tokens the engine computed, not the prompt tokens the prefix cache served', () => {
+    expect(scrapedTwice(true).rate.current).toBeCloseTo(86_016 / 254, 6);
+  });
+
+  it('keeps a cold long prompt released without a stream in prefill for its real prefill time', () => {
+    vi.useFakeTimers();
+    const { engine, rate } = scrapedTwice(true);
+    const at = NOW + 2000;
+    trackRelease(engine, {
+      long: true,
+      promptTokens: 65_536,
+      stream: false,
+      releasedAt: at,
+      rate,
+      changed: () => {},
+    });
+    // At 10,337 tokens a second it would leave prefill after 6 s, and a second long prompt
+    // would start beside it; at the computed rate it prefills for 194 s.
+    vi.advanceTimersByTime(60_000);
+    expect(engine.longInPrefill).toBe(1);
+    expect(releaseDecision(engine, 'long', 20_000, longPolicy, gate, at + 60_000)).toEqual({
+      admit: false,
+      reason: 'long_prefill',
+    });
+    vi.advanceTimersByTime(140_000);
+    expect(engine.longInPrefill).toBe(0);
+  });
+
+  it('reads an older engine by its prompt tokens, and never differences the two kinds', () => {
+    const older = scrapedTwice(false);
+    expect(older.rate.current).toBeCloseTo(2_625_536 / 254, 6);
+    expect(older.rate.engineValue).toBeUndefined();
+    // The engine upgraded between two scrapes: the first difference would mix the two sums.
+    const { engine, rate } = scrapedTwice(false);
+    const deps: ObservationDeps = {
+      pool: 'p',
+      metrics: dispatcherMetrics(new Registry()),
+      policy: gate,
+      prefillRate: rate,
+      log: { warn: () => {}, error: () => {} },
+      capChanged: () => {},
+      changed: () => {},
+      onEngineBy: () => 0,
+    };
+    observeEngine(deps, engine, vllmScrape(earlier, NOW + 2000, true));
+    expect(rate.engineValue).toBeUndefined();
+    observeEngine(deps, engine, vllmScrape([...earlier, ...since], NOW + 3000, true));
+    expect(rate.engineValue).toBeCloseTo(86_016 / 254, 6);
+    expect(rate.current).toBeCloseTo(86_016 / 254, 6);
   });
 });

@@ -22,7 +22,7 @@ function engine(name: string, inflight: number, cap: number, busy = 0, kvUsage =
   } as unknown as EngineSlot;
 }
 
-const ending = (e: EngineSlot) => ({ engine: e }) as InflightJob;
+const ending = (e: EngineSlot) => ({ engine: e, payload: {} }) as InflightJob;
 
 function view(engines: EngineSlot[], over: Partial<HandoverView> = {}): HandoverView {
   return {

@@ -435,7 +435,7 @@ describe('job runner', () => {
       deadline: Date.now() - 1000,
     });
     await expect(expiring).resolves.toBeUndefined();
-    expect(errors).toEqual(["sending an expired job's park_timeout failed"]);
+    expect(errors).toEqual(['sending an error frame failed']);
     expect(await queue.getJobState(job.id!)).toBe('failed');
     expect((await queue.getJob(job.id!))?.failedReason).toBe('past_deadline');
   });

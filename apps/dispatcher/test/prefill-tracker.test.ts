@@ -129,11 +129,36 @@ describe('prefill tracker', () => {
   it("falls back on the engines' own rate until a streamed long prompt has been measured", () => {
     const rate = new PrefillRate(0.5);
     expect(rate.current).toBeUndefined();
-    rate.sampleEngine(71_000, 252); // ~282 tokens per second from the engine's histograms
+    rate.sampleEngine(71_000, 252, false); // ~282 tokens per second from an older engine
     expect(rate.current).toBeCloseTo(281.7, 1);
     rate.sample(65_536, 128); // 512 measured on a stream through Sluice
     expect(rate.current).toBe(512);
-    expect(rate.engineValue).toBeCloseTo(281.7, 1);
+    expect(rate.enginePromptValue).toBeCloseTo(281.7, 1);
+  });
+
+  it("prefers the engines' cache-free rate to their prompt-token rate", () => {
+    const rate = new PrefillRate(0.5);
+    // An older engine: 40 turns of a 64,000-token conversation, mostly prefix-cache hits,
+    // beside a cold 65,536-token prompt, read as prompt tokens over prefill seconds.
+    rate.sampleEngine(65_536 + 40 * 64_000, 254, false);
+    expect(rate.current).toBeCloseTo(10_336.8, 1);
+    // A vLLM >= 0.13 engine in the same pool, the same requests by their computed tokens.
+    rate.sampleEngine(65_536 + 40 * 512, 254, true);
+    expect(rate.current).toBeCloseTo(338.6, 1);
+  });
+
+  it("does not let a streamed prompt served from the prefix cache read faster than the engines' cache-free rate", () => {
+    const rate = new PrefillRate();
+    rate.sampleEngine(65_536, 250, true); // the engine computed 262 tokens a second
+    // A 64,000-token turn of a conversation already in the prefix cache: first byte in 0.4 s.
+    rate.sample(64_000, 0.4);
+    expect(rate.value).toBe(160_000);
+    expect(rate.current).toBeCloseTo(262.1, 1);
+    // A cold prompt streamed slower than the engines' rate (queued behind others) is kept.
+    const cold = new PrefillRate();
+    cold.sampleEngine(65_536, 250, true);
+    cold.sample(65_536, 400);
+    expect(cold.current).toBeCloseTo(163.8, 1);
   });
 
   it('smooths the rate and ignores impossible samples', () => {

@@ -4,7 +4,8 @@
 // fetchNext), and a throw while placing a job handed over is caught with the slot freed.
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
-import type { JobPayload } from '@sluice/protocol';
+import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
+import { createRedis, redisReady } from '@sluice/redis';
 import { Worker, type Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
@@ -58,7 +59,9 @@ interface EngineCall {
 }
 
 /** A leading dispatcher's loop for the fixture's pool, one engine of cap 1. */
-function leadingLoop(opts: { throwOnTaken?: string; throwOnHandover?: boolean } = {}) {
+function leadingLoop(
+  opts: { throwOnTaken?: string; throwOnHandover?: boolean; cap?: number } = {},
+) {
   const metrics = dispatcherMetrics(new Registry());
   if (opts.throwOnHandover)
     metrics.handovers.inc = () => {
@@ -76,7 +79,13 @@ function leadingLoop(opts: { throwOnTaken?: string; throwOnHandover?: boolean } 
     },
   };
   const engine = createEngineSlot(
-    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 1, capSource: 'config', lane: 'any' },
+    {
+      name: 'e',
+      url: 'http://127.0.0.1:1',
+      maxInflight: opts.cap ?? 1,
+      capSource: 'config',
+      lane: 'any',
+    },
     {
       timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
       scrape: { intervalMs: 1000, staleAfterFailures: 3 },
@@ -117,7 +126,11 @@ function leadingLoop(opts: { throwOnTaken?: string; throwOnHandover?: boolean } 
     metrics,
     prefillRate: new PrefillRate(),
     now: Date.now,
-    changed: () => loop.wake(),
+    // As pool-dispatcher.ts: a freed slot may let a held job go.
+    changed: () => {
+      holding.maybePromote();
+      loop.wake();
+    },
   });
   const holding = new Holding({
     pool: 'p',
@@ -214,6 +227,76 @@ async function failedReason(jobId: string): Promise<string | undefined> {
   expect(await fx.queue.getJobState(jobId)).toBe('failed');
   return (await fx.queue.getJob(jobId))?.failedReason;
 }
+
+describe('ReleaseLoop: jobs of several engine requests (n > 1, a batch of prompts)', () => {
+  it('counts a job as its engine requests, and holds one that does not fit until it does', async () => {
+    const rig = leadingLoop({ cap: 4 });
+    try {
+      const three = await add({ sequences: 3 });
+      const first = await rig.nextCall();
+      expect(first.jobId).toBe(three);
+      expect(rig.engine.inflight).toBe(3);
+      // One slot left: a job of two waits (held), a job of one goes.
+      const two = await add({ sequences: 2 });
+      const one = await add();
+      const next = await rig.nextCall();
+      expect(next.jobId).toBe(one);
+      expect(rig.engine.inflight).toBe(4);
+      first.end('ok');
+      // Three free: the held job of two goes, counted as two.
+      const last = await rig.nextCall();
+      expect(last.jobId).toBe(two);
+      expect(rig.engine.inflight).toBe(3);
+      next.end('ok');
+      last.end('ok');
+      await rig.ledger.idle();
+      expect(rig.engine.inflight).toBe(0);
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it("refuses a job wider than every engine's cap with a bad_request frame, and goes on", async () => {
+    const frames: Frame[] = [];
+    const subscriber = createRedis(fx.server.url, { name: 'gw1', role: 'subscriber' });
+    await redisReady(subscriber);
+    let framed = () => {};
+    const gotFrame = new Promise<void>((resolve) => (framed = resolve));
+    subscriber.on('messageBuffer', (_channel: Buffer, message: Buffer) => {
+      frames.push(...messageFrames(message).map(decodeFrame));
+      framed();
+    });
+    await subscriber.subscribe(fx.keys.replyChannel('gw1'));
+    const rig = leadingLoop({ cap: 4 });
+    try {
+      const wide = await add({ sequences: 5 });
+      const good = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(good);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: wide, reason: 'over_cap' },
+      ]);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(wide)).toBe('over_cap');
+      await gotFrame;
+      expect(frames).toContainEqual(
+        expect.objectContaining({
+          type: 'error',
+          jobId: wide,
+          info: expect.objectContaining({
+            code: 'bad_request',
+            message: expect.stringMatching(/makes 5 engine requests; .* at most 4 at once/),
+          }),
+        }),
+      );
+      call.end('ok');
+      await rig.ledger.idle();
+    } finally {
+      await rig.stop();
+      await subscriber.quit();
+    }
+  });
+});
 
 describe('ReleaseLoop', () => {
   it('fails a job whose replica no key may name when its own take gets it, and goes on', async () => {

@@ -1,6 +1,6 @@
 // OpenAI-shaped bodies and stream chunks, as vLLM writes them (field order included).
 import type { FinishReason } from './scheduler.js';
-import type { SimRequest } from './openai-request.js';
+import type { SimChoice, SimRequest } from './openai-request.js';
 import { prng } from './text.js';
 
 export interface OutputPlan {
@@ -8,15 +8,16 @@ export interface OutputPlan {
   finishReason: FinishReason;
 }
 
-/** How many tokens the answer has: its natural (seeded) length, cut by max_tokens. */
+/** How many tokens one choice has: its natural (seeded) length, cut by max_tokens. */
 export function planOutput(
   request: SimRequest,
+  choice: SimChoice,
   limits: { maxModelLen: number; outputLenMin: number; outputLenMax: number },
 ): OutputPlan {
-  const limit = request.maxTokens ?? limits.maxModelLen - request.promptTokens;
+  const limit = request.maxTokens ?? limits.maxModelLen - choice.promptTokens;
   if (request.ignoreEos) return { outputTokens: limit, finishReason: 'length' };
   const span = limits.outputLenMax - limits.outputLenMin + 1;
-  const natural = limits.outputLenMin + Math.floor(prng(request.seed ^ 0x9e3779b9)() * span);
+  const natural = limits.outputLenMin + Math.floor(prng(choice.seed ^ 0x9e3779b9)() * span);
   return natural <= limit
     ? { outputTokens: natural, finishReason: 'stop' }
     : { outputTokens: limit, finishReason: 'length' };
@@ -36,6 +37,13 @@ export function usageOf(promptTokens: number, completionTokens: number): Usage {
   };
 }
 
+/** One finished choice of a non-streaming answer. */
+export interface ChoiceText {
+  index: number;
+  text: string;
+  finishReason: FinishReason;
+}
+
 export class ResponseWriter {
   readonly id: string;
 
@@ -53,13 +61,18 @@ export class ResponseWriter {
     return { id: this.id, object, created: this.created, model: this.request.model };
   }
 
-  /** The first stream chunk of a chat answer: the role, empty content. */
-  roleChunk(): string {
+  /**
+   * The first stream chunk of a chat choice: the role, empty content. vLLM sends one per
+   * choice, each in its own chunk, before the first token ("for i in range(num_choices):
+   * choice_data = ChatCompletionResponseStreamChoice(index=i, delta=DeltaMessage(role=role,
+   * content=''), ...)", serving_chat.py).
+   */
+  roleChunk(index: number): string {
     return JSON.stringify({
       ...this.head('chat.completion.chunk'),
       choices: [
         {
-          index: 0,
+          index,
           delta: { role: 'assistant', content: '' },
           logprobs: null,
           finish_reason: null,
@@ -68,13 +81,14 @@ export class ResponseWriter {
     });
   }
 
-  tokenChunk(text: string, finishReason: FinishReason | null): string {
+  /** One token of one choice: vLLM streams each choice's output in its own chunk. */
+  tokenChunk(index: number, text: string, finishReason: FinishReason | null): string {
     if (this.request.endpoint === 'chat')
       return JSON.stringify({
         ...this.head('chat.completion.chunk'),
         choices: [
           {
-            index: 0,
+            index,
             delta: { content: text },
             logprobs: null,
             finish_reason: finishReason,
@@ -84,7 +98,7 @@ export class ResponseWriter {
       });
     return JSON.stringify({
       ...this.head('text_completion'),
-      choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+      choices: [{ index, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
     });
   }
 
@@ -93,24 +107,29 @@ export class ResponseWriter {
     return JSON.stringify({ ...this.head(object), choices: [], usage });
   }
 
-  body(text: string, finishReason: FinishReason, usage: Usage): string {
+  /** A non-streaming answer: every choice, in `index` order, and the request's usage. */
+  body(choices: readonly ChoiceText[], usage: Usage): string {
     if (this.request.endpoint === 'chat')
       return JSON.stringify({
         ...this.head('chat.completion'),
-        choices: [
-          {
-            index: 0,
-            message: { role: 'assistant', content: text, tool_calls: [] },
-            logprobs: null,
-            finish_reason: finishReason,
-            stop_reason: null,
-          },
-        ],
+        choices: choices.map((c) => ({
+          index: c.index,
+          message: { role: 'assistant', content: c.text, tool_calls: [] },
+          logprobs: null,
+          finish_reason: c.finishReason,
+          stop_reason: null,
+        })),
         usage,
       });
     return JSON.stringify({
       ...this.head('text_completion'),
-      choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason, stop_reason: null }],
+      choices: choices.map((c) => ({
+        index: c.index,
+        text: c.text,
+        logprobs: null,
+        finish_reason: c.finishReason,
+        stop_reason: null,
+      })),
       usage,
     });
   }

@@ -24,7 +24,7 @@ export interface ReceivedRequest {
   maxCompletionTokens: number | null;
   /** Content of the first message when it is a system message (chat), first 500 characters. */
   system: string | null;
-  /** First 500 characters of a string prompt (completions). */
+  /** First 500 characters of a string prompt (completions; a batch: its first prompt). */
   promptHead: string | null;
   messages: number;
   /**
@@ -32,6 +32,10 @@ export interface ReceivedRequest {
    * compares it with the same request sent direct to see that a broker passed every byte.
    */
   promptSha256: string;
+  /** The request's `n`. */
+  n: number;
+  /** Engine sequences it became: `n` x its prompts (vLLM's fan-out). */
+  sequences: number;
 }
 
 function summarize(
@@ -39,6 +43,8 @@ function summarize(
   endpoint: Endpoint,
   body: unknown,
   promptText: string,
+  n: number,
+  sequences: number,
 ): ReceivedRequest {
   const b = body as Record<string, unknown>;
   const messages = Array.isArray(b['messages'])
@@ -59,6 +65,8 @@ function summarize(
     promptHead: typeof prompt === 'string' ? prompt.slice(0, 500) : null,
     messages: messages.length,
     promptSha256: createHash('sha256').update(promptText).digest('hex'),
+    n,
+    sequences,
   };
 }
 
@@ -100,6 +108,8 @@ export function createEngineSim(options: SimOptions): EngineSim {
   // Ids of the last requests the engine accepted, so tests can prove nothing ran twice.
   const received: ReceivedRequest[] = [];
   let receivedTotal = 0;
+  // Engine sequences those requests became (n x prompts each; see SimChoice).
+  let receivedSequencesTotal = 0;
   // Requests refused for a missing or wrong key (--api-key): they reached no engine.
   let unauthorizedTotal = 0;
   if (options.apiKey !== undefined)
@@ -148,41 +158,79 @@ export function createEngineSim(options: SimOptions): EngineSim {
           .code(500)
           .type('application/json')
           .send(errorBody(500, 'InternalServerError', 'simulated engine failure'));
-      const plan = planOutput(req, options);
       const writer = new ResponseWriter(req, created);
       receivedTotal += 1;
-      received.push(summarize(writer.id, endpoint, request.body, req.promptText));
+      receivedSequencesTotal += req.choices.length;
+      received.push(
+        summarize(writer.id, endpoint, request.body, req.promptText, req.n, req.choices.length),
+      );
       if (received.length > 10_000) received.shift();
-      const nextText = tokenStream(req.seed);
+      // One engine sequence per (prompt, choice), as vLLM V1 fans a request out (see
+      // SimChoice): each is scheduled, holds KV and is counted on its own.
+      const children = req.choices.map((choice) => ({
+        choice,
+        plan: planOutput(req, choice, options),
+        nextText: tokenStream(choice.seed),
+        text: '',
+        handle: undefined as GenerationHandle | undefined,
+      }));
+      const completionTokens = children.reduce((sum, c) => sum + c.plan.outputTokens, 0);
+      // usage sums every choice's output and counts each prompt once (see SimRequest).
+      const usage = usageOf(req.promptTokens, completionTokens);
+      const submit = (
+        child: (typeof children)[number],
+        onToken: (index: number) => void,
+        onFinish: () => void,
+      ) => {
+        child.handle = engine.submit({
+          id:
+            children.length === 1
+              ? writer.id
+              : `${child.choice.choiceIndex}_${writer.id}-${child.choice.promptIndex}`,
+          promptTokens: child.choice.promptTokens,
+          promptText: child.choice.promptText,
+          priority: req.priority,
+          outputTokens: child.plan.outputTokens,
+          finishReason: child.plan.finishReason,
+          onToken,
+          onFinish,
+        });
+      };
       const res = reply.hijack().raw;
+      let unfinished = children.length;
       let done = false;
-      let handle: GenerationHandle | undefined = undefined;
+      // vllm/v1/engine/async_llm.py `generate`: a disconnected client cancels each prompt's
+      // generator, which aborts its request ("await self.abort(q.request_id, internal=True)"),
+      // and vllm/v1/engine/output_processor.py `abort_requests`: "In the case of parallel
+      // sampling, a request ID may be used to identify a parent request, in which case the
+      // associated child requests are aborted also." Every sequence of the request goes.
+      const abortAll = () => {
+        for (const child of children) child.handle?.abort();
+      };
       res.once('close', () => {
-        // The client went away before the answer was complete: free the sequence, as vLLM does.
-        if (!done) handle?.abort();
+        // The client went away before the answer was complete: free the sequences, as vLLM does.
+        if (!done) abortAll();
       });
 
       if (!req.stream) {
-        let text = '';
-        handle = engine.submit({
-          id: writer.id,
-          promptTokens: req.promptTokens,
-          promptText: req.promptText,
-          priority: req.priority,
-          outputTokens: plan.outputTokens,
-          finishReason: plan.finishReason,
-          onToken: () => {
-            text += nextText();
-          },
-          onFinish: (reason) => {
-            done = true;
-            sendJson(
-              res,
-              200,
-              writer.body(text, reason, usageOf(req.promptTokens, plan.outputTokens)),
-            );
-          },
-        });
+        for (const child of children)
+          submit(
+            child,
+            () => {
+              child.text += child.nextText();
+            },
+            () => {
+              unfinished -= 1;
+              if (unfinished > 0) return;
+              done = true;
+              const choices = children.map((c) => ({
+                index: c.choice.index,
+                text: c.text,
+                finishReason: c.plan.finishReason,
+              }));
+              sendJson(res, 200, writer.body(choices, usage));
+            },
+          );
         return;
       }
 
@@ -193,32 +241,35 @@ export function createEngineSim(options: SimOptions): EngineSim {
       });
       res.flushHeaders();
       const dropAfter = faults.dropStreamAfterTokens;
-      handle = engine.submit({
-        id: writer.id,
-        promptTokens: req.promptTokens,
-        promptText: req.promptText,
-        priority: req.priority,
-        outputTokens: plan.outputTokens,
-        finishReason: plan.finishReason,
-        onToken: (index) => {
-          let out = index === 0 && endpoint === 'chat' ? `data: ${writer.roleChunk()}\n\n` : '';
-          const last = index + 1 === plan.outputTokens;
-          out += `data: ${writer.tokenChunk(nextText(), last ? plan.finishReason : null)}\n\n`;
-          res.write(out);
-          if (dropAfter !== null && index + 1 >= dropAfter && !last) {
-            // Flush what was written, then close the connection mid-answer.
-            handle?.abort();
-            res.socket?.destroySoon();
-          }
-        },
-        onFinish: () => {
-          done = true;
-          const usage = req.includeUsage
-            ? `data: ${writer.usageChunk(usageOf(req.promptTokens, plan.outputTokens))}\n\n`
-            : '';
-          res.end(`${usage}data: [DONE]\n\n`);
-        },
-      });
+      let tokensSent = 0;
+      let rolesSent = false;
+      for (const child of children)
+        submit(
+          child,
+          (index) => {
+            let out = '';
+            if (endpoint === 'chat' && !rolesSent) {
+              rolesSent = true;
+              for (let i = 0; i < req.n; i += 1) out += `data: ${writer.roleChunk(i)}\n\n`;
+            }
+            const last = index + 1 === child.plan.outputTokens;
+            out += `data: ${writer.tokenChunk(child.choice.index, child.nextText(), last ? child.plan.finishReason : null)}\n\n`;
+            res.write(out);
+            tokensSent += 1;
+            if (dropAfter !== null && tokensSent >= dropAfter && !(last && unfinished === 1)) {
+              // Flush what was written, then close the connection mid-answer.
+              abortAll();
+              res.socket?.destroySoon();
+            }
+          },
+          () => {
+            unfinished -= 1;
+            if (unfinished > 0) return;
+            done = true;
+            const usageEvent = req.includeUsage ? `data: ${writer.usageChunk(usage)}\n\n` : '';
+            res.end(`${usageEvent}data: [DONE]\n\n`);
+          },
+        );
     };
   }
 
@@ -265,6 +316,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
     peakRequests: engine.scheduler.peakRequests,
     peakRunning: engine.scheduler.peakRunning,
     receivedTotal,
+    receivedSequencesTotal,
     unauthorizedTotal,
     maxNumSeqs: options.maxNumSeqs,
     faults,
@@ -272,6 +324,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
 
   app.get('/sim/received', async () => ({
     total: receivedTotal,
+    sequences: receivedSequencesTotal,
     ids: received.map((r) => r.id),
     requests: received,
   }));

@@ -13,7 +13,7 @@
 // An event stream goes out whole events at a time (SseEvents), so that an in-band error lands
 // on an event boundary whatever TCP did to the engine's chunks.
 import { markStage } from '@sluice/observability';
-import { SSE_KEEPALIVE, sseErrorEnd } from '@sluice/openai';
+import { SSE_DONE, SSE_KEEPALIVE, sseData, sseErrorEnd } from '@sluice/openai';
 import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
 import { SseEvents } from './sse-events.js';
 import type { ServerResponse } from 'node:http';
@@ -69,8 +69,12 @@ export class HeldRequest {
   private stallTimer: NodeJS.Timeout | undefined;
   private loadState = 'normal';
   private engine = '';
-  /** Engine error body collected when the SSE head was already committed as 200. */
-  private engineError: { status: number; chunks: Buffer[] } | undefined;
+  /**
+   * Engine error body collected when the SSE head was already committed as 200: at most
+   * SLUICE_SLOW_CLIENT_BYTES of it (`cut` once more came), as SseEvents holds at most that.
+   */
+  private engineError:
+    { status: number; chunks: Buffer[]; bytes: number; cut: boolean } | undefined;
   /** Set once the response is committed as an event stream. */
   private events: SseEvents | undefined;
 
@@ -296,7 +300,7 @@ export class HeldRequest {
     markStage('gateway.frame-head');
     if (this.res.headersSent) {
       // Committed by a heartbeat as 200: an engine error can only go in-band now.
-      if (status >= 400) this.engineError = { status, chunks: [] };
+      if (status >= 400) this.engineError = { status, chunks: [], bytes: 0, cut: false };
       return;
     }
     if (this.stream && status === 200) return this.commitStream();
@@ -307,12 +311,20 @@ export class HeldRequest {
   }
 
   private data(chunk: Buffer): void {
-    if (this.engineError) {
-      this.engineError.chunks.push(chunk);
-      return;
-    }
+    if (this.engineError) return this.holdEngineError(chunk);
     const whole = this.events ? this.events.complete(chunk) : chunk;
     if (whole) this.body(whole);
+  }
+
+  private holdEngineError(chunk: Buffer): void {
+    const held = this.engineError!;
+    if (held.cut) return;
+    const room = this.hooks.slowClientBytes - held.bytes;
+    // A copy of the part kept: a view would hold the whole frame's buffer.
+    const kept = chunk.length > room ? Buffer.from(chunk.subarray(0, room)) : chunk;
+    held.cut = kept !== chunk;
+    held.chunks.push(kept);
+    held.bytes += kept.length;
   }
 
   private body(bytes: Buffer): void {
@@ -326,10 +338,10 @@ export class HeldRequest {
 
   private end(): void {
     if (this.engineError) {
-      const { status, chunks } = this.engineError;
+      const { status, chunks, cut } = this.engineError;
       this.status = status;
       this.reason = 'engine_error';
-      this.res.end(engineErrorEvent(status, chunks));
+      this.res.end(engineErrorEvent(status, Buffer.concat(chunks).toString('utf8'), cut));
     } else {
       // An engine may end its stream without the last blank line: those bytes are its too.
       const rest = this.events?.rest();
@@ -412,18 +424,53 @@ function byteLength(chunk: Buffer | string): number {
   return typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length;
 }
 
-/** An engine error that came after the stream's head went out as 200, as an in-band event. */
-function engineErrorEvent(status: number, chunks: Buffer[]): string {
-  const text = Buffer.concat(chunks).toString('utf8');
-  let message = text;
-  try {
-    message = (JSON.parse(text) as { error?: { message?: string } }).error?.message ?? text;
-  } catch {
-    // not JSON: pass the text as it came
-  }
+/**
+ * An engine error that came after the stream's head went out as 200, as the in-band events
+ * that end the stream. vLLM's own error body goes out as the error event, as vLLM itself
+ * writes an error in a stream, so the client reads the engine's message, type, param and code
+ * (an int: the status) whether or not its request waited in the queue. Only a body that is not
+ * vLLM's error (not JSON, another shape, cut at the bound) gets Sluice's `engine_error`.
+ */
+function engineErrorEvent(status: number, text: string, cut = false): string {
+  const own = cut ? undefined : vllmStreamError(text);
+  if (own !== undefined) return sseData(own) + SSE_DONE;
   return sseErrorEnd(
-    `engine answered ${status}: ${message}`,
+    `engine answered ${status}: ${text}${cut ? '… (cut)' : ''}`,
     status >= 500 ? 'server_error' : 'invalid_request_error',
     'engine_error',
   );
+}
+
+/**
+ * What vLLM writes in a stream for the error body `text`, or undefined when `text` is not a
+ * vLLM error. vLLM ends a failed stream with `data: {create_streaming_error_response(...)}`
+ * then `data: [DONE]` (vllm/entrypoints/openai/chat_completion/serving.py; older:
+ * serving_chat.py):
+ * - newer: `json.dumps(self.create_error_response(...).model_dump())`
+ *   (vllm/entrypoints/openai/engine/serving.py), an ErrorResponse
+ *   `{"error":{"message","type","param","code"}}` (engine/protocol.py ErrorInfo): its error
+ *   body itself, sent unchanged;
+ * - older: the error body was the flat ErrorResponse `{"object":"error","message","type",
+ *   "param","code"}` (vllm/entrypoints/openai/protocol.py) and the event
+ *   `json.dumps({"error": ....model_dump()})` (serving_engine.py): that body under `error`,
+ *   which is also what OpenAI SDKs look for to raise.
+ * A CR or LF in valid JSON can only lie between tokens (a string holds them escaped), so a
+ * space in its place keeps every value as the engine wrote it and the event on one line.
+ */
+function vllmStreamError(text: string): string | undefined {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!isObject(body)) return undefined;
+  const line = text.trim().replace(/[\r\n]/g, ' ');
+  if (isObject(body.error) && typeof body.error.message === 'string') return line;
+  if (body.object === 'error' && typeof body.message === 'string') return `{"error":${line}}`;
+  return undefined;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

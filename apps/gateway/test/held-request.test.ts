@@ -483,3 +483,103 @@ describe('HeldRequest: the slow-client byte bound', () => {
     socket.destroy();
   });
 });
+
+describe('HeldRequest: an engine error after the stream went out as 200', () => {
+  /**
+   * A stream whose head a heartbeat sent (it waited past SSE_HEARTBEAT_SECONDS), then the
+   * engine's error answer `body` in the chunks given; resolves to what the client read.
+   */
+  async function engineErrorAfterHead(
+    jobId: string,
+    status: number,
+    chunks: string[],
+    h = hooks(),
+  ) {
+    // Only the heartbeat's interval is faked: the sockets keep their real timers.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval'] });
+    try {
+      const { request, answer } = await held(jobId, { ...h, heartbeatMs: 1000 });
+      vi.advanceTimersByTime(1000); // the head goes out with the first keep-alive
+      request.onFrame(
+        frame(jobId, { type: 'start', info: { engine: 'e', loadState: 'normal' } }, 0),
+      );
+      const info = { status, contentType: 'application/json' };
+      request.onFrame(frame(jobId, { type: 'head', info }, 1));
+      let at = 2;
+      for (const chunk of chunks)
+        request.onFrame(frame(jobId, { type: 'data', chunk: Buffer.from(chunk) }, at++));
+      request.onFrame(frame(jobId, { type: 'end' }, at++));
+      const res = await answer;
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      // What the access log and the metrics read: the engine's status, as an engine error.
+      expect(request.status).toBe(status);
+      expect(request.reason).toBe('engine_error');
+      return text;
+    } finally {
+      vi.useRealTimers();
+    }
+  }
+
+  /** What went out before the error: the head's keep-alive, the load state at the start. */
+  const before = ': keep-alive\n\n: x-sluice-load-state: normal\n\n';
+  // vLLM's ErrorResponse (vllm/entrypoints/openai/engine/protocol.py), as it answers a prompt
+  // past max_model_len.
+  const vllmError = {
+    error: {
+      message:
+        "This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. Please reduce the length of the input messages.",
+      type: 'BadRequestError',
+      param: 'input_tokens',
+      code: 400,
+    },
+  };
+
+  it("sends vLLM's error body unchanged as the error event, then [DONE], as vLLM ends a failed stream", async () => {
+    const body = JSON.stringify(vllmError);
+    const text = await engineErrorAfterHead('v', 400, [body.slice(0, 30), body.slice(30)]);
+    expect(text).toBe(`${before}data: ${body}\n\ndata: [DONE]\n\n`);
+  });
+
+  it('keeps a pretty-printed error body in one event on one data line', async () => {
+    const body = JSON.stringify(vllmError, null, 2).replace(/\n/g, '\r\n') + '\n';
+    const text = await engineErrorAfterHead('pretty', 400, [body]);
+    expect(text.startsWith(`${before}data: {`)).toBe(true);
+    expect(text.endsWith('}\n\ndata: [DONE]\n\n')).toBe(true);
+    const events = text.slice(before.length).split('\n\n');
+    expect(events).toHaveLength(3); // the error, [DONE], and nothing after its blank line
+    expect(JSON.parse(events[0]!.slice('data: '.length))).toEqual(vllmError);
+  });
+
+  it("puts an older vLLM's flat error body under `error`, as that vLLM wrote it in a stream", async () => {
+    const flat =
+      '{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}';
+    const text = await engineErrorAfterHead('flat', 400, [flat]);
+    expect(text).toBe(`${before}data: {"error":${flat}}\n\ndata: [DONE]\n\n`);
+  });
+
+  it("answers a body that is not vLLM's error with Sluice's engine_error event", async () => {
+    const text = await engineErrorAfterHead('proxy', 502, ['<html>Bad Gateway</html>']);
+    const events = sseEvents(text);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(events[0]!)).toEqual({
+      error: {
+        message: 'engine answered 502: <html>Bad Gateway</html>',
+        type: 'server_error',
+        param: null,
+        code: 'engine_error',
+      },
+    });
+  });
+
+  it('holds no more of an error body than SLUICE_SLOW_CLIENT_BYTES, and says it was cut', async () => {
+    const h = hooks({ slowClientBytes: 1024 });
+    const message = 'x'.repeat(4096);
+    const body = JSON.stringify({ error: { message, type: 'BadRequestError', code: 400 } });
+    const text = await engineErrorAfterHead('huge', 400, [body.slice(0, 600), body.slice(600)], h);
+    const error = (JSON.parse(sseEvents(text)[0]!) as { error: { message: string; code: string } })
+      .error;
+    expect(error.code).toBe('engine_error');
+    expect(error.message).toBe(`engine answered 400: ${body.slice(0, 1024)}… (cut)`);
+  });
+});

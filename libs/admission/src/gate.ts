@@ -1,9 +1,10 @@
 // The gate: may the dispatcher release one more job to this engine now?
 // Pure: everything it looks at comes in as arguments, time included (`now`).
 //
-// DESIGN's policy, admit only if all hold:
-//   1. in-flight < cap                          -- never relaxes;
-//   2. in-flight + bypass < cap                 -- engine gauge condition;
+// DESIGN's policy, admit only if all hold (`+ 1` is the job's engine requests: more with `n`
+// > 1 or a batch of prompts):
+//   1. in-flight + 1 <= cap                     -- never relaxes;
+//   2. in-flight + 1 + bypass <= cap            -- engine gauge condition;
 //   3. KV usage < kvThreshold                   -- engine gauge condition;
 //   4. when the engine state is unknown or stale, the gauge conditions (2, 3) follow the
 //      fail mode: skipped with 'open', the engine refused with 'closed'.
@@ -46,7 +47,10 @@ export type EngineHealth = 'unknown' | 'healthy' | 'stale';
 
 export interface EngineView {
   name: string;
-  /** Requests this dispatcher has in flight on the engine, counted exactly. */
+  /**
+   * Engine requests this dispatcher has in flight on the engine, counted exactly: one per job,
+   * or its `sequences` (each of `n` choices, each prompt of a batch).
+   */
   inflight: number;
   /** Hard cap per engine (ADMISSION_MAX_INFLIGHT). */
   cap: number;
@@ -120,12 +124,19 @@ export function freshGauges(
 
 // Implementations take `now` as given; the overloads below make a caller that passes a
 // policy pass the time too. At run time a missing `now` reads as NaN, i.e. stale.
-function decide(engine: EngineView, policy: GatePolicy | undefined, now: number): GateDecision {
-  if (!(engine.inflight < engine.cap)) return refuse.inflight_cap;
+// `sequences`: how many engine requests the job becomes (vLLM V1 runs each of `n` choices and
+// each prompt of a batch as a request of its own); all of them must fit under the cap.
+function decide(
+  engine: EngineView,
+  policy: GatePolicy | undefined,
+  now: number,
+  sequences = 1,
+): GateDecision {
+  if (!(engine.inflight + sequences <= engine.cap)) return refuse.inflight_cap;
   if (policy === undefined) return open;
   const g = freshGauges(engine, policy, now);
   if (g === undefined) return policy.failMode === 'closed' ? refuse.engine_stale : open;
-  if (!(engine.inflight + bypassTraffic(g) < engine.cap)) return refuse.engine_busy;
+  if (!(engine.inflight + sequences + bypassTraffic(g) <= engine.cap)) return refuse.engine_busy;
   if (!(g.kvUsage < policy.kvThreshold)) return refuse.kv_pressure;
   return open;
 }
@@ -138,18 +149,24 @@ function room(engine: EngineView, policy: GatePolicy | undefined, now: number): 
 }
 
 /**
- * May the dispatcher release one more job to `engine` now? Without `policy` only the
- * in-flight cap applies. Reasons are checked in this order: inflight_cap, engine_stale,
- * engine_busy, kv_pressure.
+ * May the dispatcher release one more job to `engine` now, one of `sequences` engine requests
+ * (default 1)? Without `policy` only the in-flight cap applies. Reasons are checked in this
+ * order: inflight_cap, engine_stale, engine_busy, kv_pressure.
  */
 export function gateDecision(engine: EngineView): GateDecision;
 export function gateDecision(
   engine: EngineView,
   policy: GatePolicy | undefined,
   now: number,
+  sequences?: number,
 ): GateDecision;
-export function gateDecision(engine: EngineView, policy?: GatePolicy, now?: number): GateDecision {
-  return decide(engine, policy, now ?? Number.NaN);
+export function gateDecision(
+  engine: EngineView,
+  policy?: GatePolicy,
+  now?: number,
+  sequences?: number,
+): GateDecision {
+  return decide(engine, policy, now ?? Number.NaN, sequences);
 }
 
 /**

@@ -105,7 +105,8 @@ export function freeKvTokens(
 }
 
 /**
- * May a request of `promptTokens` go to `engine` now? For a long prompt the rules that only
+ * May a request of `promptTokens`, run as `sequences` engine requests (default 1), go to
+ * `engine` now? For a long prompt the rules that only
  * long prompts are subject to come first (its lane, its share of slots, prefills at once),
  * then the plain gate, then KV fit; for a short one its lane, then the plain gate. So a
  * reason says what would still hold the prompt if short ones left room: `long_share` and
@@ -121,15 +122,16 @@ export function releaseDecision(
   policy: LongPromptPolicy,
   gate: GatePolicy,
   now: number,
+  sequences = 1,
 ): ReleaseDecision {
   if (promptClass === 'short') {
     if (engine.lane === 'long') return hold('lane');
-    return gateDecision(engine, gate, now);
+    return gateDecision(engine, gate, now, sequences);
   }
   if (engine.lane === 'short') return hold('lane');
   if (!(engine.longInflight < longSlots(engine, policy))) return hold('long_share');
   if (!(engine.longInPrefill < policy.maxInPrefill)) return hold('long_prefill');
-  const base = gateDecision(engine, gate, now);
+  const base = gateDecision(engine, gate, now, sequences);
   if (!base.admit) return base;
   // A prompt larger than the whole KV cache never fits: held, it would wait to its park limit,
   // and once aged it would hold every short prompt behind it. vLLM refuses to start an engine
@@ -171,13 +173,22 @@ export function pickEngineFor(
   policy: LongPromptPolicy,
   gate: GatePolicy,
   now: number,
+  sequences = 1,
 ): EnginePick {
   let best = -1;
   let bestKey: number[] = [];
   let reason: GateReason | HoldReason = 'lane';
   for (let i = 0; i < engines.length; i += 1) {
     const engine = engines[i]!;
-    const decision = releaseDecision(engine, promptClass, promptTokens, policy, gate, now);
+    const decision = releaseDecision(
+      engine,
+      promptClass,
+      promptTokens,
+      policy,
+      gate,
+      now,
+      sequences,
+    );
     if (!decision.admit) {
       if (closeness.indexOf(decision.reason) < closeness.indexOf(reason)) reason = decision.reason;
       continue;

@@ -24,6 +24,12 @@ export interface QueuedPrompt {
   priority: number;
   /** Unix ms the gateway enqueued it. */
   enqueuedAt: number;
+  /**
+   * Engine requests it becomes (`n` choices x prompts of a batch; absent: 1). A wide prompt
+   * goes only where all of them fit under the cap, so once aged it keeps the room it waits for
+   * from the prompts behind it, as an aged long prompt does.
+   */
+  sequences?: number;
 }
 
 /** Release order among held prompts: higher class first, then short before long, then FIFO. */
@@ -35,12 +41,20 @@ export function comesBefore(a: QueuedPrompt, b: QueuedPrompt): boolean {
 
 /**
  * Why a prompt waits: a rule of `prefill.ts` (`long_share`, `long_prefill`, `kv_fit`, `lane`),
- * a closed plain gate (`gate`), an older long prompt held ahead of it (`long_ahead`), or an
- * aged long prompt that short ones may no longer pass (`aged_long`). The `reason` label of
- * `sluice_release_held_total`.
+ * a closed plain gate (`gate`; for a wide prompt also too few free slots for all its
+ * sequences), an older long prompt held ahead of it (`long_ahead`), an aged long prompt that
+ * short ones may no longer pass (`aged_long`), or an aged wide prompt ahead of it waiting for
+ * room (`aged_wide`). The `reason` label of `sluice_release_held_total`.
  */
 export type WaitReason =
-  'long_share' | 'long_prefill' | 'kv_fit' | 'lane' | 'gate' | 'long_ahead' | 'aged_long';
+  | 'long_share'
+  | 'long_prefill'
+  | 'kv_fit'
+  | 'lane'
+  | 'gate'
+  | 'long_ahead'
+  | 'aged_long'
+  | 'aged_wide';
 
 export const waitReasons: readonly WaitReason[] = [
   'long_share',
@@ -50,6 +64,7 @@ export const waitReasons: readonly WaitReason[] = [
   'gate',
   'long_ahead',
   'aged_long',
+  'aged_wide',
 ];
 
 export type Verdict = { go: true; engine: number } | { go: false; reason: WaitReason };
@@ -73,6 +88,7 @@ export function releaseVerdict(prompt: QueuedPrompt, ctx: OrderContext): Verdict
     policy,
     gate,
     now,
+    prompt.sequences,
   );
   if (!pick.admit) {
     const r = pick.reason;
@@ -85,6 +101,7 @@ export function releaseVerdict(prompt: QueuedPrompt, ctx: OrderContext): Verdict
   if (prompt.long && held.some((h) => h.long && comesBefore(h, prompt)))
     return { go: false, reason: 'long_ahead' };
   if (!prompt.long && shortsHeld(prompt.priority, ctx)) return { go: false, reason: 'aged_long' };
+  if (!prompt.long && wideHeldAhead(prompt, ctx)) return { go: false, reason: 'aged_wide' };
   return { go: true, engine: pick.index };
 }
 
@@ -123,5 +140,35 @@ export function shortsHeld(priority: number, ctx: OrderContext): boolean {
   const first = held.find((h) => h.long && h.priority >= priority);
   if (first === undefined || !isAged(first.enqueuedAt, policy, now)) return false;
   const pick = pickEngineFor(engines, 'long', first.promptTokens, policy, gate, now);
+  return pick.admit || !shortsMayPass(true, pick.reason);
+}
+
+/**
+ * Whether the short `prompt` must wait for a wide prompt held ahead of it in release order: the
+ * first such one (several sequences, same or higher class) is past its aging limit, could fit
+ * some engine at all, and either may go now or waits only for room that `prompt` would take.
+ * Without this a prompt of `n` = 8 under steady one-slot traffic would wait for eight free
+ * slots at once, which every freed slot taken at once by the next request never leaves. Long
+ * prompts do not wait for it (they are held to their share of slots anyway), so an aged long
+ * prompt and an aged wide one never wait for each other: the wide one waits for the long one.
+ */
+function wideHeldAhead(prompt: QueuedPrompt, ctx: OrderContext): boolean {
+  const { engines, held, policy, gate, now } = ctx;
+  const first = held.find((h) => h !== prompt && (h.sequences ?? 1) > 1 && comesBefore(h, prompt));
+  if (first === undefined || !isAged(first.enqueuedAt, policy, now)) return false;
+  const sequences = first.sequences ?? 1;
+  if (!engines.some((e) => sequences <= e.cap)) return false;
+  // A short wide prompt that itself waits for an aged long one holds nobody: the long one
+  // goes first (two prompts each waiting for the other would wait forever).
+  if (!first.long && shortsHeld(first.priority, ctx)) return false;
+  const pick = pickEngineFor(
+    engines,
+    first.long ? 'long' : 'short',
+    first.promptTokens,
+    policy,
+    gate,
+    now,
+    sequences,
+  );
   return pick.admit || !shortsMayPass(true, pick.reason);
 }

@@ -19,7 +19,7 @@ const gate: GatePolicy = { kvThreshold: 0.9, failMode: 'open', maxGaugeAgeMs: 60
 const THRESHOLD = 8192;
 
 type Event =
-  | { kind: 'arrive'; tokens: number; priority: number }
+  | { kind: 'arrive'; tokens: number; priority: number; sequences?: number }
   | { kind: 'firstByte'; pick: number }
   | { kind: 'finish'; pick: number }
   | { kind: 'kv'; engine: number; usage: number }
@@ -29,6 +29,8 @@ const arrive: fc.Arbitrary<Event> = fc.record({
   kind: fc.constant('arrive' as const),
   tokens: fc.oneof(fc.integer({ min: 1, max: 4000 }), fc.integer({ min: 8193, max: 131_072 })),
   priority: fc.constantFrom(0, 0, 1),
+  // Engine requests (`n` x prompts): most one, some wide, none wider than a cap (4).
+  sequences: fc.constantFrom(1, 1, 1, 1, 2, 3, 4),
 });
 
 const event: fc.Arbitrary<Event> = fc.oneof(
@@ -61,6 +63,8 @@ interface Released extends QueuedPrompt {
   passed: QueuedPrompt[];
   /** Just before this short prompt's release, an aged long prompt wanted its room. */
   agedLongWantedRoom: boolean;
+  /** Just before this short prompt's release, an aged wide prompt ahead of it wanted its room. */
+  agedWideWantedRoom: boolean;
 }
 
 interface World {
@@ -94,7 +98,7 @@ function newWorld(engines: number): World {
 function recount(w: World): void {
   for (const [i, e] of w.engines.entries()) {
     const mine = w.running.filter((r) => r.engine === i);
-    e.inflight = mine.length;
+    e.inflight = mine.reduce((n, r) => n + (r.sequences ?? 1), 0);
     e.longInflight = mine.filter((r) => r.long).length;
     e.longInPrefill = mine.filter((r) => r.long && r.inPrefill).length;
     e.kvPendingTokens = mine.filter((r) => r.inPrefill).reduce((s, r) => s + r.promptTokens, 0);
@@ -127,6 +131,17 @@ function agedLongWantsRoom(w: World, p: LongPromptPolicy, q: QueuedPrompt): bool
   return verdict.go || verdict.reason === 'gate' || verdict.reason === 'kv_fit';
 }
 
+/**
+ * Whether the first wide prompt (several sequences) held ahead of the short `q` is past its
+ * aging limit and could use room `q` would take: it may go now, or only room holds it.
+ */
+function agedWideWantsRoom(w: World, p: LongPromptPolicy, q: QueuedPrompt): boolean {
+  const first = w.held.find((h) => h !== q && (h.sequences ?? 1) > 1 && comesBefore(h, q));
+  if (first === undefined || w.now - first.enqueuedAt < p.agingSeconds * 1000) return false;
+  const verdict = releaseVerdict(first, ctx(w, p));
+  return verdict.go || verdict.reason === 'gate' || verdict.reason === 'kv_fit';
+}
+
 /** Offers held prompts in order until none may go; returns what was released, in order. */
 function drain(w: World, p: LongPromptPolicy): Released[] {
   const out: Released[] = [];
@@ -141,11 +156,13 @@ function drain(w: World, p: LongPromptPolicy): Released[] {
     // The same object moves from held to running, so the checks can follow it by identity.
     const passed = w.held.filter((h) => comesBefore(h, next));
     const agedLongWantedRoom = !next.long && agedLongWantsRoom(w, p, next);
+    const agedWideWantedRoom = !next.long && agedWideWantsRoom(w, p, next);
     const r = Object.assign(next, {
       engine: verdict.engine,
       inPrefill: next.long,
       passed,
       agedLongWantedRoom,
+      agedWideWantedRoom,
     });
     w.running.push(r);
     out.push(r);
@@ -166,6 +183,7 @@ function run(
         promptTokens: e.tokens,
         priority: e.priority,
         enqueuedAt: w.now,
+        ...(e.sequences === undefined ? {} : { sequences: e.sequences }),
       });
     else if (e.kind === 'firstByte') {
       const inPrefill = w.running.filter((r) => r.inPrefill);
@@ -267,11 +285,58 @@ describe('release order (properties)', () => {
           for (const q of w.held.filter((h) => !h.long)) {
             const verdict = releaseVerdict(q, ctx(w, p));
             expect(verdict.go).toBe(false);
-            if (!verdict.go) expect(['gate', 'aged_long']).toContain(verdict.reason);
+            if (!verdict.go) expect(['gate', 'aged_long', 'aged_wide']).toContain(verdict.reason);
           }
         });
       }),
     );
+  });
+
+  it('every held prompt goes once the engines are idle: no two prompts wait for each other', () => {
+    fc.assert(
+      fc.property(scenario, ({ events, policy: p, engines }) => {
+        const w = newWorld(engines);
+        run(events, p, engines, () => {});
+        // The same events, then every run ends and the gauges clear: all that waits must go.
+        const world = newWorld(engines);
+        for (const e of events)
+          if (e.kind === 'arrive')
+            hold(world, {
+              long: e.tokens > THRESHOLD,
+              promptTokens: e.tokens,
+              priority: e.priority,
+              enqueuedAt: world.now,
+              ...(e.sequences === undefined ? {} : { sequences: e.sequences }),
+            });
+        for (let round = 0; round < 200 && world.held.length > 0; round += 1) {
+          world.now += 61_000;
+          drain(world, p);
+          for (const r of world.running) r.inPrefill = false;
+          world.running.length = 0;
+          for (const e of world.engines) e.gauges = { ...e.gauges!, kvUsage: 0 };
+        }
+        expect(world.held).toEqual([]);
+        expect(w.engines.every((e) => e.inflight <= e.cap)).toBe(true);
+      }),
+    );
+  });
+
+  it('once the oldest wide prompt is past its aging limit and waits for room, no short prompt behind it takes that room', () => {
+    let wentFirst = 0;
+    fc.assert(
+      fc.property(agingScenario, ({ events, policy: p, engines }) => {
+        run(events, p, engines, (_w, released) => {
+          for (const r of released) {
+            expect(r.agedWideWantedRoom).toBe(false);
+            if ((r.sequences ?? 1) > 1 && r.passed.some((h) => (h.sequences ?? 1) === 1))
+              wentFirst += 1;
+          }
+        });
+      }),
+      { numRuns: 300 },
+    );
+    // The situation really arose: aged wide prompts went ahead of narrower ones held behind them.
+    expect(wentFirst).toBeGreaterThan(5);
   });
 
   it('a long prompt never passes an older long prompt of its class or a higher one', () => {

@@ -9,9 +9,23 @@ export const VLLM_SERIES = {
   /** KV-cache usage as vLLM < 0.10 named it. */
   legacyKvUsage: 'vllm:gpu_cache_usage_perc',
   cacheConfigInfo: 'vllm:cache_config_info',
-  /** Histogram sums observed when a request finishes (vllm/v1/metrics/loggers.py). */
+  /**
+   * Histogram sums observed when a request finishes, in one loop over the finished requests
+   * (`PrometheusStatLogger.record`, vllm/v1/metrics/loggers.py). `prefill_time` is
+   * `first_token_ts - scheduled_ts` (vllm/v1/metrics/stats.py), the time the engine spent on
+   * the prompt tokens it computed; `vllm:request_prompt_tokens` counts every prompt token,
+   * prefix-cache hits included.
+   */
   promptTokensSum: 'vllm:request_prompt_tokens_sum',
   prefillSecondsSum: 'vllm:request_prefill_time_seconds_sum',
+  /**
+   * The histogram vllm:request_prefill_kv_computed_tokens, "Histogram of new KV tokens
+   * computed during prefill (excluding cached tokens)": each finished request's
+   * `num_prompt_tokens - max(num_cached_tokens, 0)`, observed in the same loop as the two
+   * above (vllm/v1/metrics/loggers.py). Added by vllm-project/vllm#30189, first released in
+   * vLLM v0.13.0; older servers do not export it.
+   */
+  prefillComputedTokensSum: 'vllm:request_prefill_kv_computed_tokens_sum',
 } as const;
 
 const RUNNING = VLLM_SERIES.running;
@@ -53,15 +67,28 @@ export interface VllmState {
    */
   maxNumSeqs?: number;
   /**
-   * Prompt tokens and prefill seconds of the requests finished so far (the sums of
-   * `vllm:request_prompt_tokens` and `vllm:request_prefill_time_seconds`, over ranks): between
-   * two scrapes, their differences give the engine's prefill rate. Absent unless both exist.
+   * Prefilled tokens and prefill seconds of the requests finished so far, summed over ranks:
+   * between two scrapes of the same kind (`excludesCached` equal), their differences give the
+   * engine's prefill rate. The tokens are the sum of `vllm:request_prefill_kv_computed_tokens`
+   * where the server exports it (vLLM >= 0.13), else of `vllm:request_prompt_tokens`, which
+   * counts prefix-cache hits the prefill seconds never spent time on: with prefix caching (on
+   * by default) that rate reads fast. Absent unless the tokens and the seconds both exist.
    */
-  prefillTotals?: { promptTokens: number; seconds: number };
+  prefillTotals?: PrefillTotals;
   /** Data-parallel ranks: distinct `engine` label values (1 when there is no `engine` label). */
   ranks: number;
   /** Distinct `model_name` label values of the gauges above, in order of appearance. */
   models: string[];
+}
+
+/** See `VllmState.prefillTotals`. */
+export interface PrefillTotals {
+  /** Prompt tokens the engine computed (cache hits excluded where `excludesCached`). */
+  tokens: number;
+  /** The sum of `vllm:request_prefill_time_seconds`. */
+  seconds: number;
+  /** `tokens` is the sum of `vllm:request_prefill_kv_computed_tokens`: prefix-cache hits excluded. */
+  excludesCached: boolean;
 }
 
 export type VllmMetricsErrorCode = 'ERR_NOT_VLLM' | 'ERR_VLLM_VALUE';
@@ -179,6 +206,7 @@ export function readVllmState(exposition: Exposition): VllmState {
   // Optional: a bad value drops the pair instead of failing the scrape.
   let promptTokensSum: number | undefined;
   let prefillSecondsSum: number | undefined;
+  let computedTokensSum: number | undefined;
   const addSum = (current: number | undefined, value: number) =>
     Number.isFinite(value) && value >= 0 ? (current ?? 0) + value : Number.NaN;
 
@@ -226,6 +254,9 @@ export function readVllmState(exposition: Exposition): VllmState {
       case VLLM_SERIES.prefillSecondsSum:
         prefillSecondsSum = addSum(prefillSecondsSum, sample.value);
         break;
+      case VLLM_SERIES.prefillComputedTokensSum:
+        computedTokensSum = addSum(computedTokensSum, sample.value);
+        break;
     }
     if (name.endsWith('_info')) {
       const rank = rankOf(sample.labels);
@@ -267,7 +298,11 @@ export function readVllmState(exposition: Exposition): VllmState {
   }
   const seqs = sumOverRanks(maxNumSeqs, ranks);
   if (seqs !== undefined) state.maxNumSeqs = seqs;
-  if (Number.isFinite(promptTokensSum) && Number.isFinite(prefillSecondsSum))
-    state.prefillTotals = { promptTokens: promptTokensSum!, seconds: prefillSecondsSum! };
+  // A server that exports the computed tokens is read by them only: were an unreadable value
+  // to fall back on the prompt tokens, the next difference would mix the two.
+  const excludesCached = computedTokensSum !== undefined;
+  const tokens = excludesCached ? computedTokensSum : promptTokensSum;
+  if (Number.isFinite(tokens) && Number.isFinite(prefillSecondsSum))
+    state.prefillTotals = { tokens: tokens!, seconds: prefillSecondsSum!, excludesCached };
   return state;
 }

@@ -112,6 +112,7 @@ describe('readVllmState on real vLLM expositions', () => {
       cacheConfigInfo: 'vllm:cache_config_info',
       promptTokensSum: 'vllm:request_prompt_tokens_sum',
       prefillSecondsSum: 'vllm:request_prefill_time_seconds_sum',
+      prefillComputedTokensSum: 'vllm:request_prefill_kv_computed_tokens_sum',
     });
   });
 });
@@ -130,14 +131,65 @@ describe('readVllmState: prefill totals', () => {
       ),
     );
 
-  it("sums the finished requests' prompt tokens and prefill seconds over ranks", () => {
+  it("sums an older engine's prompt tokens and prefill seconds over ranks, cache hits included", () => {
     const state = base([
       'vllm:request_prompt_tokens_sum{engine="0"} 70000',
       'vllm:request_prompt_tokens_sum{engine="1"} 1000',
       'vllm:request_prefill_time_seconds_sum{engine="0"} 250',
       'vllm:request_prefill_time_seconds_sum{engine="1"} 2',
     ]);
-    expect(state.prefillTotals).toEqual({ promptTokens: 71_000, seconds: 252 });
+    expect(state.prefillTotals).toEqual({ tokens: 71_000, seconds: 252, excludesCached: false });
+  });
+
+  it('reads the computed tokens, not the prompt tokens, where vLLM >= 0.13 exports them', () => {
+    // One rank of a vLLM 0.13 server, as prometheus_client writes it (buckets trimmed): a
+    // cold 65,536-token prompt (250 s of prefill) and four turns of a 64,000-token
+    // conversation, each with 63,488 tokens in the prefix cache (512 computed, 0.1 s). Prompt
+    // tokens over prefill seconds read 1,284 tokens a second; the engine computed 270.
+    const labels = 'engine="0",model_name="Qwen/Qwen3-32B"';
+    const state = read(
+      [
+        ...rankLines(labels, 1, 0, 0.31),
+        '# HELP vllm:request_prompt_tokens Number of prefill tokens processed.',
+        '# TYPE vllm:request_prompt_tokens histogram',
+        `vllm:request_prompt_tokens_bucket{engine="0",le="50000.0",model_name="Qwen/Qwen3-32B"} 0.0`,
+        `vllm:request_prompt_tokens_bucket{engine="0",le="100000.0",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prompt_tokens_count{${labels}} 5.0`,
+        `vllm:request_prompt_tokens_sum{${labels}} 321536.0`,
+        '# HELP vllm:request_prefill_time_seconds Histogram of time spent in PREFILL phase for request.',
+        '# TYPE vllm:request_prefill_time_seconds histogram',
+        `vllm:request_prefill_time_seconds_bucket{engine="0",le="0.3",model_name="Qwen/Qwen3-32B"} 4.0`,
+        `vllm:request_prefill_time_seconds_bucket{engine="0",le="480.0",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prefill_time_seconds_count{${labels}} 5.0`,
+        `vllm:request_prefill_time_seconds_sum{${labels}} 250.4`,
+        '# HELP vllm:request_prefill_kv_computed_tokens Histogram of new KV tokens computed during prefill (excluding cached tokens).',
+        '# TYPE vllm:request_prefill_kv_computed_tokens histogram',
+        `vllm:request_prefill_kv_computed_tokens_bucket{engine="0",le="1000.0",model_name="Qwen/Qwen3-32B"} 4.0`,
+        `vllm:request_prefill_kv_computed_tokens_bucket{engine="0",le="100000.0",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prefill_kv_computed_tokens_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3-32B"} 5.0`,
+        `vllm:request_prefill_kv_computed_tokens_count{${labels}} 5.0`,
+        `vllm:request_prefill_kv_computed_tokens_sum{${labels}} 67584.0`,
+        '# HELP vllm:request_prefill_kv_computed_tokens_created Histogram of new KV tokens computed during prefill (excluding cached tokens).',
+        '# TYPE vllm:request_prefill_kv_computed_tokens_created gauge',
+        `vllm:request_prefill_kv_computed_tokens_created{${labels}} 1.7659e+09`,
+        '',
+      ].join('\n'),
+    );
+    expect(state.prefillTotals).toEqual({ tokens: 67_584, seconds: 250.4, excludesCached: true });
+  });
+
+  it('sums the computed tokens over ranks', () => {
+    const state = base([
+      'vllm:request_prompt_tokens_sum{engine="0"} 70000',
+      'vllm:request_prompt_tokens_sum{engine="1"} 64000',
+      'vllm:request_prefill_kv_computed_tokens_sum{engine="0"} 65536',
+      'vllm:request_prefill_kv_computed_tokens_sum{engine="1"} 512',
+      'vllm:request_prefill_time_seconds_sum{engine="0"} 250',
+      'vllm:request_prefill_time_seconds_sum{engine="1"} 0.1',
+    ]);
+    expect(state.prefillTotals).toEqual({ tokens: 66_048, seconds: 250.1, excludesCached: true });
   });
 
   it('leaves them out when one is missing or unreadable, without failing the scrape', () => {
@@ -147,6 +199,15 @@ describe('readVllmState: prefill totals', () => {
     expect(
       base([
         'vllm:request_prompt_tokens_sum{engine="0"} NaN',
+        'vllm:request_prefill_time_seconds_sum{engine="0"} 2',
+      ]).prefillTotals,
+    ).toBeUndefined();
+    // An unreadable computed sum is not replaced by the prompt tokens: the next scrape's
+    // difference would mix the two.
+    expect(
+      base([
+        'vllm:request_prompt_tokens_sum{engine="0"} 70000',
+        'vllm:request_prefill_kv_computed_tokens_sum{engine="0"} -1',
         'vllm:request_prefill_time_seconds_sum{engine="0"} 2',
       ]).prefillTotals,
     ).toBeUndefined();

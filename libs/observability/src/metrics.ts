@@ -205,7 +205,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     skipped: new Counter({
       name: 'sluice_skipped_total',
-      help: 'Jobs taken from the queue but not run, by reason (client_gone, cancelled, body_missing, past_deadline, stalled, invalid_payload, internal_error).',
+      help: 'Jobs taken from the queue but not run, by reason (client_gone, cancelled, body_missing, past_deadline, stalled, invalid_payload, over_cap, internal_error).',
       labelNames: ['pool', 'reason'],
       registers,
     }),
@@ -229,7 +229,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     heldReleases: new Counter({
       name: 'sluice_release_held_total',
-      help: 'Times a long prompt was held back, by reason (long_share, long_prefill, kv_fit, ...).',
+      help: 'Times a job was held back by the release order, by reason (long_share, long_prefill, kv_fit, lane, gate, long_ahead, aged_long, aged_wide).',
       labelNames: ['pool', 'reason'],
       registers,
     }),

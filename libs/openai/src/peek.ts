@@ -10,6 +10,7 @@ import {
   NINE,
   QUOTE,
   RBRACE,
+  RBRACKET,
   ZERO,
 } from './bytes.js';
 import { decodeString, numberValue } from './decode.js';
@@ -38,6 +39,7 @@ const MIN_TOKENS = 7;
 const ECHO = 8;
 const TOOLS = 9;
 const DOCUMENTS = 10;
+const N = 11;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -62,6 +64,7 @@ const BY_NAME = new Map<string, number>([
   ['echo', ECHO],
   ['tools', TOOLS],
   ['documents', DOCUMENTS],
+  ['n', N],
 ]);
 /** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 21 * 6;
@@ -77,6 +80,8 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     return e - s <= MAX_ESCAPED_KEY ? (BY_NAME.get(decodeString(b, s, e)) ?? OTHER) : OTHER;
   }
   switch (e - s) {
+    case 1:
+      return b[s] === LOWER_N ? N : OTHER;
     case 4:
       return b[s] === 0x65 /* e */ && same(b, s, ECHO_KEY) ? ECHO : OTHER;
     case 5:
@@ -117,17 +122,43 @@ function span(start: number, end: number): ByteSpan | undefined {
   return start < 0 ? undefined : { start, end };
 }
 
-/** A non-negative integer or null (undefined); anything else is a field error. */
-function tokenCount(b: Uint8Array, s: number, e: number, field: string): number | undefined {
+/** An integer >= `min` (0 or 1) or null (undefined); anything else is a field error. */
+function tokenCount(
+  b: Uint8Array,
+  s: number,
+  e: number,
+  field: string,
+  min: 0 | 1 = 0,
+): number | undefined {
   if (s < 0) return undefined;
   const c = b[s]!;
   if (c === LOWER_N) return undefined;
   if (c === MINUS || (c >= ZERO && c <= NINE)) {
     const v = numberValue(b, s, e);
     // -0 is zero; 1e2 and 100.0 are 100, as JSON.parse has them.
-    if (Number.isSafeInteger(v) && v >= 0) return v + 0;
+    if (Number.isSafeInteger(v) && v >= min) return v + 0;
   }
-  throw RequestPeekError.field(field, `${field} must be a non-negative integer or null`, s);
+  const kind = min === 0 ? 'non-negative' : 'positive';
+  throw RequestPeekError.field(field, `${field} must be a ${kind} integer or null`, s);
+}
+
+/**
+ * How many prompts a `prompt` value holds: the elements of an array of strings or of token-id
+ * arrays (a batch), else 1 (a string, or one prompt as token ids). vLLM refuses an empty batch
+ * and mixed shapes itself; they count 1 here.
+ */
+function promptsIn(b: Uint8Array, s: number, e: number): number {
+  if (b[s] !== LBRACKET) return 1;
+  let i = skipWhitespace(b, s + 1, e);
+  const c = b[i]!;
+  if (c === RBRACKET || c === MINUS || (c >= ZERO && c <= NINE)) return 1;
+  let count = 0;
+  for (;;) {
+    count += 1;
+    i = skipWhitespace(b, skipValue(b, i, e, 2), e);
+    if (b[i] !== COMMA) return count;
+    i = skipWhitespace(b, i + 1, e);
+  }
 }
 
 /**
@@ -186,6 +217,8 @@ function peek(b: Uint8Array): PeekedRequest {
   let toolsEnd = -1;
   let documentsStart = -1;
   let documentsEnd = -1;
+  let nStart = -1;
+  let nEnd = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -242,6 +275,10 @@ function peek(b: Uint8Array): PeekedRequest {
           documentsStart = valueStart;
           documentsEnd = i;
           break;
+        case N:
+          nStart = valueStart;
+          nEnd = i;
+          break;
       }
       i = skipWhitespace(b, i, n);
       if (i < n && b[i] === COMMA) {
@@ -291,7 +328,11 @@ function peek(b: Uint8Array): PeekedRequest {
       throw RequestPeekError.field('messages', 'messages must be an array', messagesStart);
     }
   }
+  // Choices per prompt: vLLM V1 runs each as an engine request of its own, so the cap counts
+  // them (vllm/v1/engine/async_llm.py `add_request`, "Fan out child requests (for n>1)").
+  const choices = tokenCount(b, nStart, nEnd, 'n', 1);
   if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
+  const prompts = promptStart < 0 ? 1 : promptsIn(b, promptStart, promptEnd);
   if (toolsStart >= 0 && b[toolsStart] === LOWER_N) toolsStart = -1;
   if (documentsStart >= 0 && b[documentsStart] === LOWER_N) documentsStart = -1;
   // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
@@ -310,6 +351,8 @@ function peek(b: Uint8Array): PeekedRequest {
     maxCompletionTokens,
     minTokens,
     echo,
+    n: choices,
+    sequences: Math.min((choices ?? 1) * prompts, Number.MAX_SAFE_INTEGER),
     messages: span(messagesStart, messagesEnd),
     prompt: span(promptStart, promptEnd),
     tools: span(toolsStart, toolsEnd),

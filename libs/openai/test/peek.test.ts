@@ -23,6 +23,8 @@ describe('peekRequest: a chat request', () => {
       maxCompletionTokens: undefined,
       minTokens: undefined,
       echo: undefined,
+      n: undefined,
+      sequences: 1,
       messages: { start, end: at(body, '],') + 1 },
       prompt: undefined,
       tools: undefined,
@@ -276,6 +278,34 @@ describe('peekRequest: min_tokens and echo', () => {
       echo: undefined,
       minTokens: undefined,
     });
+  });
+});
+
+describe('peekRequest: n and batches, the engine requests a request becomes', () => {
+  it.each([
+    ['{"model":"m","messages":[]}', undefined, 1],
+    ['{"model":"m","messages":[],"n":null}', undefined, 1],
+    ['{"model":"m","messages":[],"n":1}', 1, 1],
+    ['{"model":"m","messages":[],"n":8}', 8, 8],
+    ['{"model":"m","messages":[],"\\u006e":3}', 3, 3],
+    ['{"model":"m","messages":[],"n":2,"x":{"n":50}}', 2, 2],
+    ['{"model":"m","prompt":"one"}', undefined, 1],
+    ['{"model":"m","prompt":[1,2,3]}', undefined, 1],
+    ['{"model":"m","prompt":[]}', undefined, 1],
+    ['{"model":"m","prompt":["a","b","c"]}', undefined, 3],
+    ['{"model":"m","prompt":[[1,2],[3],[4,5,6]],"n":2}', 2, 6],
+    ['{"model":"m","prompt": [ "a" , "b,c" ] ,"n":4}', 4, 8],
+    ['{"model":"m","prompt":["a"],"n":9007199254740991}', 9007199254740991, 9007199254740991],
+    ['{"model":"m","prompt":["a","b"],"n":9007199254740991}', 9007199254740991, 9007199254740991],
+  ])('%s: n %s, %s engine requests', (text, n, sequences) => {
+    expect(peek(text)).toMatchObject({ n, sequences });
+  });
+
+  it.each(['0', '-1', '1.5', '"2"', 'true', '[2]'])('refuses n: %s', (text) => {
+    const error = peekError(`{"model":"m","n":${text}}`);
+    expect(error.code).toBe('ERR_FIELD');
+    expect(error.field).toBe('n');
+    expect(error.message).toBe('n must be a positive integer or null');
   });
 });
 

@@ -41,6 +41,12 @@ export interface JobPayload {
   maxTokens?: number;
   /** The gateway's estimate of the prompt's tokens; absent counts as 0 (a short prompt). */
   promptTokens?: number;
+  /**
+   * Engine requests the job becomes: `n` x the prompts of a `/v1/completions` batch (vLLM V1
+   * runs each as a request of its own, vllm/v1/engine/async_llm.py `add_request`). Absent: 1.
+   * A dispatcher of the previous version ignores it and counts 1 (update dispatchers first).
+   */
+  sequences?: number;
   tenant?: string;
   /** The client asked not to be degraded (`x-sluice-degrade: off`) and the pool allows it. */
   optOut?: boolean;
@@ -111,6 +117,12 @@ export function validateJobPayload(value: unknown): JobPayload {
   // Charged to the tenant's fair-share counter at release: a count past 2^53 would stay in it.
   if (p['promptTokens'] !== undefined && !isTokenCount(p['promptTokens']))
     fail('promptTokens', 'an integer >= 0', p['promptTokens']);
+  // Counted against the engine's cap: anything but a whole number >= 1 would corrupt the count.
+  if (
+    p['sequences'] !== undefined &&
+    (!Number.isSafeInteger(p['sequences']) || (p['sequences'] as number) < 1)
+  )
+    fail('sequences', 'an integer >= 1', p['sequences']);
   if (p['tenant'] !== undefined && typeof p['tenant'] !== 'string')
     fail('tenant', 'a string', p['tenant']);
   if (p['optOut'] !== undefined && typeof p['optOut'] !== 'boolean')

@@ -23,10 +23,11 @@ const valid: JobPayload = {
 describe('job payload', () => {
   it('accepts a well-formed payload unchanged', () => {
     expect(validateJobPayload(valid)).toBe(valid);
-    expect(validateJobPayload({ ...valid, maxTokens: 10, tenant: 't' })).toEqual({
+    expect(validateJobPayload({ ...valid, maxTokens: 10, tenant: 't', sequences: 8 })).toEqual({
       ...valid,
       maxTokens: 10,
       tenant: 't',
+      sequences: 8,
     });
   });
 
@@ -57,6 +58,9 @@ describe('job payload', () => {
     [{ ...valid, priority: -1 }, /field priority must be an integer >= 0/],
     [{ ...valid, maxTokens: 1.5 }, /field maxTokens must be an integer >= 0/],
     [{ ...valid, optOut: 'yes' }, /field optOut must be a boolean/],
+    [{ ...valid, sequences: 0 }, /field sequences must be an integer >= 1/],
+    [{ ...valid, sequences: 2.5 }, /field sequences must be an integer >= 1/],
+    [{ ...valid, sequences: '4' }, /field sequences must be an integer >= 1/],
     [{ ...valid, endCounts: 1 }, /field endCounts must be a boolean/],
   ])('refuses %j naming the field', (payload, message) => {
     expect(() => validateJobPayload(payload)).toThrow(message);

@@ -223,6 +223,7 @@ export async function completionRoutes(
       if (request.tenant) payload.tenant = request.tenant.name;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
+      if (peeked.sequences > 1) payload.sequences = peeked.sequences;
       const promptTokens = estimatePromptTokens(
         body,
         peeked,
