@@ -120,7 +120,10 @@ const chatBody = (extra: Record<string, unknown> = {}) => ({
 
 /** Every sample of /metrics as `name{label="v",...}` (labels sorted) -> value. */
 async function scrape(): Promise<Map<string, number>> {
-  const text = await (await fetch(`${gateway.url}/metrics`)).text();
+  // With tenants, the API port's /metrics needs a key.
+  const text = await (
+    await fetch(`${gateway.url}/metrics`, { headers: { authorization: `Bearer ${KEY}` } })
+  ).text();
   const samples = new Map<string, number>();
   for (const line of text.split('\n')) {
     const m = /^(\w+)(?:\{(.*)\})? (\S+)$/.exec(line);

@@ -14,10 +14,19 @@ declare module 'fastify' {
 }
 
 /**
- * Open without a key: probes and scrapers carry none. Exact paths only, so everything else,
- * unknown paths included, is behind the key (a 404 tells a stranger nothing either).
+ * Open without a key: probes carry none (`/health` is vLLM's, which load balancers written
+ * for vLLM probe). Exact paths only, so everything else, unknown paths included, is behind
+ * the key (a 404 tells a stranger nothing either).
  */
-export const OPEN_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
+export const OPEN_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/health']);
+
+/**
+ * `/metrics` on the API port lists every tenant's name, volumes and error rates, and every
+ * model name: with tenants it needs a key like `/v1/models` (any tenant's: a scraper is given
+ * one). Open only when GATEWAY_METRICS_PORT serves it elsewhere: the API port then answers
+ * it 404, key or not, as it always did.
+ */
+export const METRICS_PATH = '/metrics';
 
 const NO_KEY =
   "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).";
@@ -61,6 +70,14 @@ export function priorityCap(tenant: TenantConfig | null, maxPriority: number): n
   return tenant === null ? maxPriority : Math.min(tenant.maxPriority, maxPriority);
 }
 
+export interface AuthOptions {
+  /**
+   * True when GATEWAY_METRICS_PORT serves `/metrics` on a port of its own (the API port's
+   * `/metrics` is then a 404, open as before); false (the default) keeps it behind the key.
+   */
+  metricsElsewhere?: boolean;
+}
+
 /**
  * Installs `request.tenant` and, with tenants, the key check: an `onRequest` hook on the root
  * instance, so it runs before the body is read, for every route and for unknown ones.
@@ -71,12 +88,14 @@ export function installAuth(
   app: FastifyInstance,
   tenants: readonly TenantConfig[] | undefined,
   refuse: (reply: FastifyReply, r: Refusal) => FastifyReply,
+  { metricsElsewhere = false }: AuthOptions = {},
 ): void {
   app.decorateRequest('tenant', null);
   if (tenants === undefined) return;
   const keys = new TenantKeys(tenants);
   app.addHook('onRequest', async (request, reply) => {
-    if (OPEN_PATHS.has(request.url.split('?', 1)[0]!)) return;
+    const path = request.url.split('?', 1)[0]!;
+    if (OPEN_PATHS.has(path) || (metricsElsewhere && path === METRICS_PATH)) return;
     const found = keys.authenticate(request.headers.authorization);
     if ('reason' in found)
       return refuse(reply.header('www-authenticate', 'Bearer realm="sluice"'), found);

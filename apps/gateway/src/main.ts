@@ -166,7 +166,16 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
 
   acceptRawJson(app);
   installRequestId(app, now);
-  installAuth(app, loaded.tenants, (reply, r) => refuse(reply, UNKNOWN_MODEL, r));
+  // With tenants, the API port's /metrics (every tenant's series) needs a key, unless
+  // GATEWAY_METRICS_PORT serves it elsewhere (then the API port answers it 404).
+  const metricsElsewhere = loaded.http.gatewayMetricsPort !== undefined;
+  installAuth(app, loaded.tenants, (reply, r) => refuse(reply, UNKNOWN_MODEL, r), {
+    metricsElsewhere,
+  });
+  if (loaded.tenants !== undefined && !metricsElsewhere)
+    log.warn(
+      'tenants are configured and /metrics is on the API port: it needs a tenant key there, and any tenant key shows every tenant; set GATEWAY_METRICS_PORT to scrape a port of its own without one',
+    );
   installErrorHandlers(app, {
     maxBodyBytes: limits.maxBodyBytes,
     requestTimeoutSeconds: limits.requestTimeoutSeconds,

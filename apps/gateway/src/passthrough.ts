@@ -9,7 +9,12 @@
 // The backend's Authorization is its own `apiKey` when the file gives one. Without one, the
 // client's header is forwarded only when no tenants are configured (as before tenants
 // existed: the client's key was meant for the backend); with tenants the client's key is a
-// Sluice key, which no backend may see, so the backend gets none.
+// Sluice key, which no backend may see, so the backend gets none. A pool's engine (the
+// tokenizer routes) gets its own key or none, never the client's, as from the dispatcher.
+//
+// Given several targets (the engines of a pool), a request that no target answered goes to
+// the next one: only before any byte of an answer, and only for idempotent paths (the
+// callers pass one target otherwise).
 import { once } from 'node:events';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { sseErrorEnd } from '@sluice/openai';
@@ -41,6 +46,8 @@ const hopByHop = new Set([
 export interface PassthroughTarget {
   readonly url: string;
   readonly apiKey?: string;
+  /** A pool's gated engine: it gets its own key or none, never the client's. */
+  readonly engine?: true;
 }
 
 /** The Authorization header the backend gets, if any (see the top of this file). */
@@ -50,7 +57,7 @@ export function backendAuthorization(
   tenants: boolean,
 ): string | undefined {
   if (target.apiKey !== undefined) return `Bearer ${target.apiKey}`;
-  return tenants ? undefined : clientAuthorization;
+  return tenants || target.engine ? undefined : clientAuthorization;
 }
 
 /** How a pass-through request ended, for the access log and the response metrics. */
@@ -90,14 +97,18 @@ export class Passthrough {
     return cuts.length;
   }
 
+  /**
+   * Proxies one request to `target`, or to each of `target` in turn while none answers (a
+   * connection refused, reset or timed out before the head: nothing reached the client).
+   */
   async forward(
-    target: PassthroughTarget,
+    target: PassthroughTarget | readonly PassthroughTarget[],
     path: string,
     headers: IncomingHttpHeaders,
     body: Buffer,
     res: ServerResponse,
   ): Promise<PassthroughAnswer> {
-    const baseUrl = target.url;
+    const targets: readonly PassthroughTarget[] = Array.isArray(target) ? target : [target];
     const controller = new AbortController();
     let cutBy: Refusal | undefined;
     let events: SseEvents | undefined;
@@ -109,44 +120,55 @@ export class Passthrough {
     // Registered before the first await: the drain that starts next must see this request.
     this.running.add(cut);
     res.once('close', () => controller.abort());
-    const authorization = backendAuthorization(target, headers.authorization, this.tenants);
     try {
-      const upstream = await request(new URL(path, baseUrl), {
-        method: 'POST',
-        dispatcher: this.agent,
-        headers: {
-          'content-type': 'application/json',
-          // The backend sees the id the access log names the request by.
-          [REQUEST_ID_HEADER]: String(res.getHeader(REQUEST_ID_HEADER) ?? ''),
-          ...(authorization ? { authorization } : {}),
-        },
-        body,
-        signal: controller.signal,
-      });
-      const out: Record<string, string | string[]> = {};
-      for (const [name, value] of Object.entries(upstream.headers))
-        if (value !== undefined && !hopByHop.has(name)) out[name] = value;
-      if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream'))
-        events = new SseEvents(MAX_HELD_EVENT_BYTES);
-      res.writeHead(upstream.statusCode, out);
-      await relay(upstream.body, res, events, controller.signal);
-      return { status: upstream.statusCode };
-    } catch (err) {
-      if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
-      if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
-      if (!res.headersSent) {
-        const r = refusal(
-          'engine_unreachable',
-          `backend ${baseUrl} unreachable: ${(err as Error).message}`,
-          5,
+      for (let i = 0; ; i++) {
+        const baseUrl = targets[i]!.url;
+        const authorization = backendAuthorization(
+          targets[i]!,
+          headers.authorization,
+          this.tenants,
         );
-        writeRefusal(res, r);
-        return { status: r.status, reason: r.reason };
+        try {
+          const upstream = await request(new URL(path, baseUrl), {
+            method: 'POST',
+            dispatcher: this.agent,
+            headers: {
+              'content-type': 'application/json',
+              // The backend sees the id the access log names the request by.
+              [REQUEST_ID_HEADER]: String(res.getHeader(REQUEST_ID_HEADER) ?? ''),
+              ...(authorization ? { authorization } : {}),
+            },
+            body,
+            signal: controller.signal,
+          });
+          const out: Record<string, string | string[]> = {};
+          for (const [name, value] of Object.entries(upstream.headers))
+            if (value !== undefined && !hopByHop.has(name)) out[name] = value;
+          if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream'))
+            events = new SseEvents(MAX_HELD_EVENT_BYTES);
+          res.writeHead(upstream.statusCode, out);
+          await relay(upstream.body, res, events, controller.signal);
+          return { status: upstream.statusCode };
+        } catch (err) {
+          if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
+          if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
+          if (!res.headersSent) {
+            // Nothing was answered: the next target may.
+            if (i + 1 < targets.length) continue;
+            const r = refusal(
+              'engine_unreachable',
+              `${targets.length > 1 ? `none of ${targets.length} backends answered; ` : ''}backend ${baseUrl} unreachable: ${(err as Error).message}`,
+              5,
+            );
+            writeRefusal(res, r);
+            return { status: r.status, reason: r.reason };
+          }
+          res.destroy();
+          // The backend failed mid-answer: what its status promised did not arrive whole.
+          const r = refusal('engine_error', `backend ${baseUrl} failed mid-answer`);
+          return { status: r.status, reason: r.reason };
+        }
       }
-      res.destroy();
-      // The backend failed mid-answer: what its status promised did not arrive whole.
-      const r = refusal('engine_error', `backend ${baseUrl} failed mid-answer`);
-      return { status: r.status, reason: r.reason };
     } finally {
       this.running.delete(cut);
       if (this.running.size === 0) for (const idle of this.idleWaiters.splice(0)) idle();

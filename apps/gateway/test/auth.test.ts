@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import type { TenantConfig } from '@sluice/config';
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
-import { installAuth, priorityCap, TenantKeys } from '../src/auth.ts';
+import { installAuth, priorityCap, TenantKeys, type AuthOptions } from '../src/auth.ts';
 import { installErrorHandlers } from '../src/errors.ts';
 import { backendAuthorization } from '../src/passthrough.ts';
 import { refusalBody, refusalHeaders, type Refusal } from '../src/refuse.ts';
@@ -25,7 +25,7 @@ afterEach(async () => {
 });
 
 /** An edge like the gateway's: auth hook, error handlers, a route that reports the tenant. */
-async function edge(configured: TenantConfig[] | undefined) {
+async function edge(configured: TenantConfig[] | undefined, options?: AuthOptions) {
   const refused: Refusal[] = [];
   const handled: string[] = [];
   const refuse = (reply: FastifyReply, _model: string, r: Refusal) => {
@@ -33,7 +33,7 @@ async function edge(configured: TenantConfig[] | undefined) {
     return reply.code(r.status).headers(refusalHeaders(r)).send(refusalBody(r));
   };
   app = Fastify();
-  installAuth(app, configured, (reply, r) => refuse(reply, 'unknown', r));
+  installAuth(app, configured, (reply, r) => refuse(reply, 'unknown', r), options);
   installErrorHandlers(app, {
     maxBodyBytes: 1024,
     requestTimeoutSeconds: 30,
@@ -46,7 +46,7 @@ async function edge(configured: TenantConfig[] | undefined) {
   };
   app.post('/v1/chat/completions', report);
   app.get('/v1/models', report);
-  for (const path of ['/healthz', '/readyz', '/metrics']) app.get(path, report);
+  for (const path of ['/healthz', '/readyz', '/health', '/metrics']) app.get(path, report);
   await app.ready();
   return { app, refused, handled };
 }
@@ -134,15 +134,36 @@ describe('with tenants configured', () => {
     expect(res.statusCode).toBe(401);
   });
 
-  it('leaves /healthz, /readyz and /metrics open (query strings too), nothing else', async () => {
+  it("leaves the probes /healthz, /readyz and vLLM's /health open (query strings too), nothing else", async () => {
     const { app, handled } = await edge(tenants);
-    for (const url of ['/healthz', '/readyz', '/metrics', '/metrics?name[]=x']) {
+    for (const url of ['/healthz', '/readyz', '/health', '/readyz?scope=replica']) {
       const res = await app.inject({ method: 'GET', url });
       expect(res.statusCode, url).toBe(200);
       expect(res.json()).toEqual({ tenant: null });
     }
     expect(handled).toHaveLength(4);
     expect((await app.inject({ method: 'GET', url: '/healthz/' })).statusCode).toBe(401);
+    expect((await app.inject({ method: 'GET', url: '/health/' })).statusCode).toBe(401);
+  });
+
+  it('keeps /metrics behind the key (it names every tenant, their volumes and the models), unless GATEWAY_METRICS_PORT serves it elsewhere', async () => {
+    const { app, handled } = await edge(tenants);
+    for (const url of ['/metrics', '/metrics?name[]=x']) {
+      const res = await app.inject({ method: 'GET', url });
+      expect(res.statusCode, url).toBe(401);
+      expect(res.headers['x-sluice-reject-reason']).toBe('invalid_api_key');
+    }
+    expect(handled).toEqual([]);
+    const keyed = await app.inject({ method: 'GET', url: '/metrics', headers: bearer(BETA_KEY) });
+    expect(keyed.statusCode).toBe(200);
+    expect(keyed.json()).toEqual({ tenant: 'beta' });
+    await app.close();
+    // Past the hook without a key, as before (the real API port then answers it 404).
+    const elsewhere = (await edge(tenants, { metricsElsewhere: true })).app;
+    const res = await elsewhere.inject({ method: 'GET', url: '/metrics' });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ tenant: null });
+    expect((await elsewhere.inject({ method: 'GET', url: '/v1/models' })).statusCode).toBe(401);
   });
 });
 
@@ -199,5 +220,12 @@ describe('what a pass-through backend gets as Authorization', () => {
     expect(backendAuthorization(target, client, true)).toBeUndefined();
     expect(backendAuthorization(target, client, false)).toBe(client);
     expect(backendAuthorization(target, undefined, false)).toBeUndefined();
+  });
+
+  it("is a pool engine's own key or nothing, never the client's, as from the dispatcher", () => {
+    const engine = { url: 'http://vllm:8000', engine: true as const };
+    expect(backendAuthorization(engine, client, false)).toBeUndefined();
+    expect(backendAuthorization(engine, client, true)).toBeUndefined();
+    expect(backendAuthorization({ ...engine, apiKey: 'sk-e' }, client, false)).toBe('Bearer sk-e');
   });
 });

@@ -1,8 +1,10 @@
 // The completion routes: peek the raw body, route the model, refuse early where the answer
 // is already known, else enqueue and hold the client until its reply frames end. Beside
-// them, /v1/embeddings, which only pass-through backends answer.
+// them, /v1/embeddings, which only pass-through backends answer, and vLLM's /tokenize and
+// /detokenize, sent ungated to the model's engine; /v1/responses is refused with a 404 that
+// says so.
 import { classify, isAged, retryAfterBounds } from '@sluice/admission';
-import type { SluiceConfig } from '@sluice/config';
+import type { PoolConfig, SluiceConfig } from '@sluice/config';
 import { markStage, type GatewayMetrics } from '@sluice/observability';
 import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
 import {
@@ -75,7 +77,12 @@ export async function completionRoutes(
    * Peeks the body and routes its model; answers the refusals every path shares (no body, bad
    * JSON, unknown model, this replica not taking requests). Undefined once answered.
    */
-  function routed(request: FastifyRequest, reply: FastifyReply) {
+  function routed(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    /** `passthrough`: the request goes straight to an engine even for a pool's model. */
+    admitAs?: 'passthrough',
+  ) {
     markStage('gateway.request');
     const body = request.body as Buffer | undefined;
     if (!body) {
@@ -114,7 +121,7 @@ export async function completionRoutes(
       refuseRead(refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`));
       return undefined;
     }
-    const closed = opts.admit(route.kind);
+    const closed = opts.admit(admitAs ?? route.kind);
     if (closed) {
       refuseRead(closed, route.kind === 'pool' ? route.pool.name : undefined);
       return undefined;
@@ -122,15 +129,21 @@ export async function completionRoutes(
     return { body, peeked, route, model, stream, refuseRead };
   }
 
-  /** Proxies the request to its pass-through backend, unread, and logs how it ended. */
+  /**
+   * Proxies the request to its pass-through backend, unread, and logs how it ended.
+   * `completion` false (the tokenizer routes): not a completion request, so neither the
+   * access log nor the request and response metrics see it; only what Sluice ended is counted,
+   * in `sluice_rejected_total`, as every refusal is.
+   */
   async function forward(
     request: FastifyRequest,
     reply: FastifyReply,
-    target: PassthroughTarget,
+    target: PassthroughTarget | readonly PassthroughTarget[],
     path: string,
     { body, model, stream }: { body: Buffer; model: string; stream: boolean },
+    completion = true,
   ) {
-    metrics.requests.inc({ model, kind: 'passthrough' });
+    if (completion) metrics.requests.inc({ model, kind: 'passthrough' });
     reply.hijack();
     const answered = await passthrough.forward(target, path, request.headers, body, reply.raw);
     // Ended by Sluice (backend unreachable, a shutdown's cut), as held requests count theirs; a
@@ -140,6 +153,7 @@ export async function completionRoutes(
       const tenant = request.tenant?.name;
       if (tenant !== undefined) metrics.tenantRejected.inc({ tenant, reason: answered.reason });
     }
+    if (!completion) return;
     // Pass-through bodies are piped unread: no token counts (see the README).
     opts.ended({
       id: request.id,
@@ -173,6 +187,37 @@ export async function completionRoutes(
           route.pool.name,
         );
       return forward(request, reply, route, path, read);
+    };
+  }
+
+  /** Where each pool's next tokenizer request starts: its engines take turns. */
+  const nextEngine = new Map<string, number>();
+
+  /** A pool's engines, from this request's turn on, each with its own key (never the client's). */
+  function engines(pool: PoolConfig): PassthroughTarget[] {
+    const n = pool.engines.length;
+    const start = nextEngine.get(pool.name) ?? 0;
+    nextEngine.set(pool.name, (start + 1) % n);
+    return Array.from({ length: n }, (_, i) => {
+      const { url, apiKey } = pool.engines[(start + i) % n]!;
+      return { url, engine: true as const, ...(apiKey === undefined ? {} : { apiKey }) };
+    });
+  }
+
+  /**
+   * vLLM's `POST /tokenize` and `POST /detokenize` (vllm/entrypoints/serve/tokenize/api_router.py;
+   * `vllm/entrypoints/openai/api_server.py` in older releases). Tokenizing takes no engine
+   * slot, so it is not queued: a pool's model goes straight to one of the pool's engines (in
+   * turn; the next one when an engine does not answer), a pass-through model to its backend.
+   * vLLM's `model` is optional (it has one); Sluice needs it to route, so it is required here.
+   */
+  function tokenizer(path: '/tokenize' | '/detokenize') {
+    return async (request: FastifyRequest, reply: FastifyReply) => {
+      const read = routed(request, reply, 'passthrough');
+      if (!read) return;
+      const { route } = read;
+      const targets = route.kind === 'pool' ? engines(route.pool) : route;
+      return forward(request, reply, targets, path, read, false);
     };
   }
 
@@ -314,6 +359,21 @@ export async function completionRoutes(
   app.post('/v1/chat/completions', completion('/v1/chat/completions'));
   app.post('/v1/completions', completion('/v1/completions'));
   app.post('/v1/embeddings', ungated('/v1/embeddings', 'the Embeddings API'));
+  app.post('/tokenize', tokenizer('/tokenize'));
+  app.post('/detokenize', tokenizer('/detokenize'));
+  // vLLM's Responses API is not supported (out of scope): a 404 that says so and names the
+  // route to use, rather than "no route", for every method and every path below it.
+  const responses = async (_request: FastifyRequest, reply: FastifyReply) =>
+    refuse(
+      reply,
+      UNKNOWN_MODEL,
+      refusal(
+        'not_found',
+        'Sluice does not support the Responses API (/v1/responses); use /v1/chat/completions',
+      ),
+    );
+  app.all('/v1/responses', responses);
+  app.all('/v1/responses/*', responses);
 }
 
 /**

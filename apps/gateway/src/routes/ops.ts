@@ -1,5 +1,7 @@
-// Operations routes: liveness, readiness, metrics, and the model list. None of them waits
-// on Redis for longer than the command timeout, and /healthz not at all.
+// Operations routes: liveness, readiness, metrics, the model list, and vLLM's /health and
+// /version. None of them waits on Redis for longer than the command timeout, and /healthz and
+// /health not at all.
+import { readFileSync } from 'node:fs';
 import type { Registry } from '@sluice/observability';
 import type { FastifyInstance } from 'fastify';
 import type { ModelCards } from '../model-cards.js';
@@ -21,10 +23,37 @@ export interface OpsRoutesOptions {
   serveMetrics: boolean;
 }
 
+/**
+ * Sluice's version: the root package.json's, as `sluice --version` prints it (the file sits
+ * four levels up from both src/routes/ops.ts and dist/routes/ops.js, and is in the image).
+ */
+export function sluiceVersion(): string {
+  try {
+    const root = new URL('../../../../package.json', import.meta.url);
+    return (JSON.parse(readFileSync(root, 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
 export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): Promise<void> {
   const { replicaId, routing, pools, registry, draining } = opts;
   app.get('/v1/models', async () => ({ object: 'list', data: opts.cards.list(routing.config) }));
   app.get('/healthz', async () => ({ status: 'ok', replica: replicaId }));
+  // vLLM's health check (`@router.get("/health")` in
+  // vllm/entrypoints/serve/instrumentator/health.py: 200 with an empty body, 503 once the
+  // engine is dead), which load balancers written for vLLM probe to choose where to send
+  // requests. For a gateway replica: 200 while it takes requests, from the start (Redis,
+  // leaders and engines are shared by every replica: as for `/readyz?scope=replica`, they
+  // must not take every replica out at once; this replica answers their absence with 503 +
+  // Retry-After itself); 503 once it drains (SIGTERM), so a balancer moves on as from a vLLM
+  // going away. Liveness stays `/healthz`, which is 200 through the drain. Open without a key.
+  app.get('/health', async (_request, reply) => reply.code(draining() ? 503 : 200).send());
+  // vLLM's `@router.get("/version")` (vllm/entrypoints/serve/instrumentator/basic.py) answers
+  // `{"version": VLLM_VERSION}`. A gateway fronts pools whose engines may run different vLLM
+  // versions, and the request names no model: it answers Sluice's own version, and says so.
+  const version = sluiceVersion();
+  app.get('/version', async () => ({ version, server: 'sluice' }));
   // Ready: Redis answers, every pool has a leading dispatcher, and every model name is known.
   // `?scope=replica` asks only what is this replica's own: not draining. Redis, leaders and
   // engines are shared by every replica, so a Kubernetes readiness probe on the full answer
