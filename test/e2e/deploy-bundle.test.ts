@@ -277,15 +277,26 @@ function checkSluiceBundle(objects: J[]) {
     }
   });
 
-  it('feeds REDIS_PASSWORD from the Secret and keeps credentials out of ConfigMaps', () => {
+  it('feeds REDIS_PASSWORD and VLLM_API_KEY from the Secret and keeps credentials out of ConfigMaps', () => {
     for (const name of ['sluice-gateway', 'sluice-dispatcher']) {
       const { c } = workload(objects, name);
       const entry = c.env.find((e: J) => e.name === 'REDIS_PASSWORD');
       const ref = entry.valueFrom.secretKeyRef;
       expect(one(objects, 'Secret', ref.name).data[ref.key]).toBeDefined();
     }
-    const { c } = workload(objects, 'sluice-dispatcher');
-    expect(c.env.find((e: J) => e.name === 'VLLM_API_KEY').valueFrom.secretKeyRef).toBeDefined();
+    // Both call the engines: the dispatchers to serve, the gateways for GET /v1/models (model
+    // discovery and the model cards), with the same key; optional, as vLLM may run without.
+    const keyRefs = ['sluice-gateway', 'sluice-dispatcher'].map((name) => {
+      const { c } = workload(objects, name);
+      return c.env.find((e: J) => e.name === 'VLLM_API_KEY')?.valueFrom?.secretKeyRef;
+    });
+    expect(keyRefs[0], 'sluice-gateway: VLLM_API_KEY').toMatchObject({
+      key: 'VLLM_API_KEY',
+      optional: true,
+    });
+    // The Secret that holds REDIS_PASSWORD (kustomize's hashed name), not one of its own.
+    one(objects, 'Secret', keyRefs[0].name);
+    expect(keyRefs[1], 'sluice-dispatcher: VLLM_API_KEY').toEqual(keyRefs[0]);
     // No credential in a ConfigMap: not as a variable, not in REDIS_URL, not as a plain
     // key in the pools file (tenants' keys go in as digests, apiKeySha256).
     for (const cm of ofKind(objects, 'ConfigMap')) {

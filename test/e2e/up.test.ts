@@ -3,7 +3,10 @@
 // starts nothing more; a second signal is passed
 // on to the children still stopping instead of killing up and leaving them without a parent;
 // with SLUICE_CONFIG the file names the engines, so up starts no simulator and adds no
-// VLLM_URL (which the configuration refuses beside a pools file).
+// VLLM_URL (which the configuration refuses beside a pools file). A LOG_LEVEL above info
+// does not hide the children's ready lines from up, and GATEWAY_METRICS_PORT is split
+// between the two gateways as PORT is.
+import { createServer, type Server } from 'node:net';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,6 +57,25 @@ function startedChildren(proc: StartedProcess): { name: string; pid: number }[] 
     const m = /^sluice up: starting (\S+) \(pid (\d+)\)$/.exec(line);
     return m ? [{ name: m[1]!, pid: Number(m[2]) }] : [];
   });
+}
+
+/** Two consecutive ports that were free a moment ago on 127.0.0.1. */
+async function freePortPair(): Promise<number> {
+  const listen = (port: number) =>
+    new Promise<Server | undefined>((resolve) => {
+      const server = createServer();
+      server.once('error', () => resolve(undefined));
+      server.listen(port, '127.0.0.1', () => resolve(server));
+    });
+  const close = (server: Server | undefined) =>
+    new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  for (;;) {
+    const first = await freePort();
+    if (first >= 65535) continue;
+    const [a, b] = await Promise.all([listen(first), listen(first + 1)]);
+    await Promise.all([close(a), close(b)]);
+    if (a && b) return first;
+  }
 }
 
 /** Whether a process with this pid exists (signal 0 checks without sending anything). */
@@ -165,5 +187,52 @@ describe('sluice up with SLUICE_CONFIG', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('x-sluice-engine')).toBe(new URL(sim.url).host);
     await res.text();
+  }, 120_000);
+});
+
+describe('sluice up with the operator settings the children share', () => {
+  it('starts at LOG_LEVEL=warn, and echoes only warn and above of the children logs', async () => {
+    // The children's ready lines are info: at warn up used to wait for them for good.
+    const proc = await up({ LOG_LEVEL: 'warn' }, /^try: curl/);
+    expect(startedChildren(proc).map((c) => c.name)).toEqual([
+      'redis',
+      'engine-sim',
+      'dispatcher-1',
+      'dispatcher-2',
+      'gateway-1',
+      'gateway-2',
+    ]);
+    // SLUICE_UP_VERBOSE echoes what the operator asked for, not the info lines up reads.
+    const echoedLevels = proc.output.flatMap((line) => {
+      const m = /^\[[\w-]+\] \{"level":(\d+),/.exec(line);
+      return m ? [Number(m[1])] : [];
+    });
+    expect(echoedLevels.filter((level) => level < 40)).toEqual([]);
+    // The stack serves: the model up suggests (the simulator's), through gateway-1.
+    const printed = proc.output.join('\n');
+    const gateway = /^ {2}gateway +(http:\S+)/m.exec(printed)![1]!;
+    const model = /^try: curl .*"model":"([^"]+)"/m.exec(printed)![1]!;
+    const res = await chat(gateway, 'hi', { model, max_tokens: 2 });
+    expect(res.status).toBe(200);
+    await res.text();
+  }, 120_000);
+
+  it('gives each gateway its own GATEWAY_METRICS_PORT, the given port and the next', async () => {
+    // Both on the same port, gateway-2 exited "address already in use" and took up down.
+    const port = await freePortPair();
+    const proc = await up({ GATEWAY_METRICS_PORT: String(port) }, /^try: curl/);
+    const printed = proc.output.filter((l) => !l.startsWith('[')).join('\n');
+    const metricsUrls = [
+      ...printed.matchAll(/^ {2}gateway +http:\S+ .*metrics at (http:\S+)\)$/gm),
+    ].map((m) => m[1]!);
+    expect(metricsUrls).toEqual([
+      `http://127.0.0.1:${port}/metrics`,
+      `http://127.0.0.1:${port + 1}/metrics`,
+    ]);
+    for (const url of metricsUrls) {
+      const res = await fetch(url);
+      expect(res.status, url).toBe(200);
+      expect(await res.text(), url).toMatch(/^sluice_/m);
+    }
   }, 120_000);
 });

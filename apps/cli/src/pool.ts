@@ -1,7 +1,9 @@
 // `sluice pool pause|resume|drain NAME`: sets a pool's operator mode (docs/operations.md,
 // "Pool controls"). The mode lives under the pool's control key; the command names the pool
 // on the control channel so the dispatchers read it at once, then waits until the leader's
-// published stats show the new mode: when it prints, the mode is in force.
+// published stats show the new mode: when it prints, the mode is in force. A snapshot that
+// did not change during the wait is a dead leader's leftover (the key outlives it by 5 s),
+// and is named as such, never as the leader.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '@sluice/config';
 import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
@@ -75,10 +77,62 @@ export function doneLine(pool: string, mode: PoolMode, stats: PoolStats): string
   return `pool ${pool} ${what} (leader ${stats.leader}${queued === undefined ? '' : `, ${queued} queued`})\n`;
 }
 
+/** How often the leader publishes its snapshot (apps/dispatcher pool-dispatcher.ts). */
+const PUBLISH_MS = 1000;
+
+/**
+ * Whether the snapshot read at the end of a wait is a live leader's: it was published during
+ * the wait (its `at` is not the one read before it, `firstAt`), or it is fresh (younger than
+ * two publications by this machine's clock, for a wait too short to see the next one).
+ * Otherwise it is what a dead leader left behind: the key outlives its last publication by
+ * its 5 s TTL, and that leader must not be named as the one leading now.
+ */
+export function liveLeader(stats: PoolStats, firstAt: number | undefined, now: number): boolean {
+  return stats.at !== firstAt || now - stats.at < 2 * PUBLISH_MS;
+}
+
+/** The reason given when the mode is not shown by the end of the wait. */
+export function timeoutLine(
+  pool: string,
+  mode: PoolMode,
+  timeoutMs: number,
+  last: { stats: PoolStats; live: boolean; now: number } | undefined,
+): string {
+  let who: string;
+  if (last === undefined) who = 'no dispatcher leads it';
+  else if (last.live)
+    who = `its leader ${last.stats.leader} still shows ${last.stats.mode ?? 'open'}`;
+  else {
+    const ago = Math.max(0, Math.round((last.now - last.stats.at) / 1000));
+    who = `no dispatcher leads it (last leader ${last.stats.leader}, ${ago} s ago)`;
+  }
+  return (
+    `pool ${pool} is set to ${mode} in Redis, but ${who} after ${timeoutMs / 1000} s; ` +
+    'the mode applies when a leader reads it' +
+    (mode === 'draining' ? ' (gateways refuse new requests already)' : '')
+  );
+}
+
+export interface PoolIo {
+  env: NodeJS.ProcessEnv;
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+}
+
 export async function runPool(argv: string[]): Promise<void> {
+  const code = await poolCommand(argv, {
+    env: process.env,
+    stdout: process.stdout,
+    stderr: process.stderr,
+  });
+  if (code !== 0) process.exitCode = code;
+}
+
+/** `sluice pool ...`; resolves with the exit code. */
+export async function poolCommand(argv: string[], io: PoolIo): Promise<number> {
   const fail = (message: string, code: number) => {
-    process.stderr.write(`sluice pool: ${message}\n`);
-    process.exitCode = code;
+    io.stderr.write(`sluice pool: ${message}\n`);
+    return code;
   };
   let command: PoolCommand | 'help';
   let config;
@@ -86,10 +140,10 @@ export async function runPool(argv: string[]): Promise<void> {
   try {
     command = parsePoolArgs(argv);
     if (command === 'help') {
-      process.stdout.write(poolUsage);
-      return;
+      io.stdout.write(poolUsage);
+      return 0;
     }
-    config = loadConfig(process.env);
+    config = loadConfig(io.env);
     // Reads REDIS_TLS_CA_FILE: a file that cannot be read is a configuration refused, as an
     // unreadable SLUICE_CONFIG is, not a failure of the command.
     redis = createRedis(config.redis, { name: 'sluice:pool', role: 'command' });
@@ -128,22 +182,20 @@ export async function runPool(argv: string[]): Promise<void> {
     else await redis.set(keys.poolControl(pool), mode);
     await redis.publish(keys.controlChannel, pool);
     const deadline = Date.now() + timeoutMs;
+    // The last snapshot seen: once the key has expired, it still names the last leader.
+    let last: PoolStats | undefined;
     for (;;) {
       const stats = await read();
       if (stats && stats.at !== before && (stats.mode ?? 'open') === mode) {
-        process.stdout.write(doneLine(pool, mode, stats));
-        return;
+        io.stdout.write(doneLine(pool, mode, stats));
+        return 0;
       }
-      if (Date.now() >= deadline)
-        return fail(
-          `pool ${pool} is set to ${mode} in Redis, but ` +
-            (stats
-              ? `its leader ${stats.leader} still shows ${stats.mode ?? 'open'}`
-              : 'no dispatcher leads it') +
-            ` after ${timeoutMs / 1000} s; the mode applies when a leader reads it` +
-            (mode === 'draining' ? ' (gateways refuse new requests already)' : ''),
-          1,
-        );
+      last = stats ?? last;
+      const at = Date.now();
+      if (at >= deadline) {
+        const live = stats !== undefined && liveLeader(stats, before, at);
+        return fail(timeoutLine(pool, mode, timeoutMs, last && { stats: last, live, now: at }), 1);
+      }
       // The leader publishes at once when it applies the mode, and each second anyway.
       await new Promise((resolve) => setTimeout(resolve, 100));
     }

@@ -18,11 +18,49 @@ interface Started {
   child: ChildProcess;
   /** Its last lines: those on stderr when it wrote any (a fatal error is there), else stdout's. */
   lastLines(): string[];
+  /** The first line that matched `note`, if one was asked for and has come. */
+  noted?: RegExpMatchArray;
+}
+
+interface ChildOptions {
+  /** The line that says it is ready (an info line: children never run above info). */
+  ready: RegExp;
+  env: Record<string, string | undefined>;
+  /** The lowest pino level SLUICE_UP_VERBOSE echoes (the operator's LOG_LEVEL). */
+  echoLevel: number;
+  /** A line to remember (Started.noted), such as one naming a second address. */
+  note?: RegExp;
 }
 
 const TAIL_LINES = 10;
 /** How often up says which child it is still waiting for, with that child's last line. */
 const WAIT_NOTICE_MS = 10_000;
+
+/** pino's number for each level LOG_LEVEL names (libs/config LOG_LEVELS). */
+const LEVELS: Readonly<Record<string, number>> = {
+  trace: 10,
+  debug: 20,
+  info: 30,
+  warn: 40,
+  error: 50,
+  fatal: 60,
+  silent: Infinity,
+};
+
+/**
+ * Whether SLUICE_UP_VERBOSE echoes this line of a child's: a pino line below `echoLevel` is
+ * not; any other line (redis-server's, a fatal error's) always is.
+ */
+export function echoed(line: string, echoLevel: number): boolean {
+  if (echoLevel <= LEVELS['info']! || !line.startsWith('{')) return true;
+  let level: unknown;
+  try {
+    level = (JSON.parse(line) as { level?: unknown }).level;
+  } catch {
+    return true;
+  }
+  return typeof level !== 'number' || level >= echoLevel;
+}
 
 /**
  * Spawns a child and resolves with the first output line matching `ready`. `spawned` hears of
@@ -32,8 +70,7 @@ function startChild(
   name: string,
   command: string,
   args: string[],
-  ready: RegExp,
-  env: Record<string, string | undefined>,
+  { ready, env, echoLevel, note }: ChildOptions,
   spawned: (started: Started) => void,
 ): Promise<[Started, RegExpMatchArray]> {
   return new Promise((resolve, reject) => {
@@ -49,9 +86,14 @@ function startChild(
       [child.stderr!, tails.stderr],
     ] as const) {
       createInterface({ input: stream }).on('line', (line) => {
-        if (process.env['SLUICE_UP_VERBOSE']) process.stdout.write(`[${name}] ${line}\n`);
+        if (process.env['SLUICE_UP_VERBOSE'] && echoed(line, echoLevel))
+          process.stdout.write(`[${name}] ${line}\n`);
         tail.push(line);
         if (tail.length > TAIL_LINES) tail.shift();
+        if (note && started.noted === undefined) {
+          const noted = line.match(note);
+          if (noted) started.noted = noted;
+        }
         if (settled) return;
         const match = line.match(ready);
         if (match) {
@@ -96,9 +138,11 @@ Runs a local stack on this machine as child processes: redis-server (unless REDI
 REDIS_SENTINELS or REDIS_CLUSTER_NODES is set; port SLUICE_REDIS_PORT, default 6379), the
 engine simulator (unless VLLM_URL or SLUICE_CONFIG names the engines; port
 SLUICE_ENGINE_PORT, default 8000), two dispatchers (METRICS_PORT and the next) and two
-gateways (PORT and the next). Ctrl-C or SIGTERM stops them all, also during start-up. A
-child that fails is named with its last lines, and up exits 1; one still not ready is named
-every 10 s with its last line. SLUICE_UP_VERBOSE=1 echoes every child's log. See
+gateways (PORT and the next; GATEWAY_METRICS_PORT, if set, and the next for their
+/metrics). Ctrl-C or SIGTERM stops them all, also during start-up. A child that fails is
+named with its last lines, and up exits 1; one still not ready is named every 10 s with its
+last line. SLUICE_UP_VERBOSE=1 echoes every child's log at LOG_LEVEL and above (the
+children themselves log at info at least: up reads their ready lines). See
 apps/cli/README.md.
 `;
 
@@ -128,9 +172,32 @@ export interface UpPlan {
   enginePort: string;
   gatewayPorts: [string, string];
   metricsPorts: [string, string];
+  /** GATEWAY_METRICS_PORT split as PORT is; absent when unset (/metrics on the API port). */
+  gatewayMetricsPorts?: [string, string];
+  /**
+   * The children's LOG_LEVEL, absent to leave it as it is. up knows a child is ready by its
+   * info line `... ready`: a level above info (warn, error, fatal, silent) would hide it and
+   * up would wait for good, so the children get info and the operator's level only filters
+   * what up echoes. A value that is no level goes to them as written, for them to refuse.
+   */
+  childLogLevel?: string;
+  /** The lowest pino level SLUICE_UP_VERBOSE echoes of the children's logs. */
+  echoLevel: number;
+}
+
+function logLevels(value: string | undefined): Pick<UpPlan, 'childLogLevel' | 'echoLevel'> {
+  const info = LEVELS['info']!;
+  if (value === undefined) return { echoLevel: info };
+  // Not a level: the children refuse it, and up reports the first one that did.
+  if (!Object.hasOwn(LEVELS, value)) return { childLogLevel: value, echoLevel: info };
+  const level = LEVELS[value]!;
+  return level > info
+    ? { childLogLevel: 'info', echoLevel: level }
+    : { childLogLevel: value, echoLevel: level };
 }
 
 export function upPlan(env: NodeJS.ProcessEnv): UpPlan {
+  const gatewayMetricsPort = variable(env, 'GATEWAY_METRICS_PORT');
   return {
     redis: !(
       variable(env, 'REDIS_URL') ||
@@ -142,6 +209,10 @@ export function upPlan(env: NodeJS.ProcessEnv): UpPlan {
     enginePort: variable(env, 'SLUICE_ENGINE_PORT') ?? '8000',
     gatewayPorts: twoPorts(variable(env, 'PORT') ?? '8080'),
     metricsPorts: twoPorts(variable(env, 'METRICS_PORT') ?? '9464'),
+    ...(gatewayMetricsPort === undefined
+      ? {}
+      : { gatewayMetricsPorts: twoPorts(gatewayMetricsPort) }),
+    ...logLevels(variable(env, 'LOG_LEVEL')),
   };
 }
 
@@ -191,18 +262,30 @@ export async function runUp(argv: string[]): Promise<void> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
 
+  // Never above info: up reads the children's info lines to know they are ready.
+  const baseEnv: Record<string, string | undefined> = {
+    ...process.env,
+    ...(plan.childLogLevel === undefined ? {} : { LOG_LEVEL: plan.childLogLevel }),
+  };
   /** Starts one child, unless a stop came; a stop while it starts stops it too (terminate). */
   const start = async (
     name: string,
     command: string,
     args: string[],
     ready: RegExp,
-    env: Record<string, string | undefined> = process.env,
+    env: Record<string, string | undefined> = baseEnv,
+    note?: RegExp,
   ): Promise<[Started, RegExpMatchArray]> => {
     if (stopping) throw new Stopped();
     let notice: NodeJS.Timeout | undefined;
+    const options: ChildOptions = {
+      ready,
+      env,
+      echoLevel: plan.echoLevel,
+      ...(note ? { note } : {}),
+    };
     try {
-      const result = await startChild(name, command, args, ready, env, (started) => {
+      const result = await startChild(name, command, args, options, (started) => {
         spawned.push(started);
         // Where a start hangs (a dispatcher waiting for a Redis that is not there), which child.
         if (verbose)
@@ -262,7 +345,7 @@ export async function runUp(argv: string[]): Promise<void> {
     // The simulator's homelab engine runs --max-num-seqs 4; a real engine's value comes
     // from the operator (VLLM_MAX_NUM_SEQS / ADMISSION_MAX_INFLIGHT, or the pools file).
     const env: Record<string, string | undefined> = {
-      ...process.env,
+      ...baseEnv,
       ...(plan.redis ? { REDIS_URL: redisUrl } : {}),
       ...(plan.simulator
         ? {
@@ -289,16 +372,26 @@ export async function runUp(argv: string[]): Promise<void> {
       );
       dispatchers.push(`${match[1]!}/status  (${role} at start; /metrics)`);
     }
-    const gateways: string[] = [];
+    const gateways: { url: string; metricsUrl?: string }[] = [];
     for (const i of [0, 1]) {
-      const [, match] = await start(
+      const [started, match] = await start(
         `gateway-${i + 1}`,
         process.execPath,
         [cliMain, 'gateway'],
         ready('gateway'),
-        { ...env, PORT: plan.gatewayPorts[i], SLUICE_REPLICA_ID: `gateway-${i + 1}` },
+        {
+          ...env,
+          PORT: plan.gatewayPorts[i],
+          // Each its own /metrics port, as each has its own API port.
+          ...(plan.gatewayMetricsPorts
+            ? { GATEWAY_METRICS_PORT: plan.gatewayMetricsPorts[i] }
+            : {}),
+          SLUICE_REPLICA_ID: `gateway-${i + 1}`,
+        },
+        /"metricsUrl":"([^"]+)".*"msg":"gateway listening"/,
       );
-      gateways.push(match[1]!);
+      const metricsUrl = started.noted?.[1];
+      gateways.push({ url: match[1]!, ...(metricsUrl === undefined ? {} : { metricsUrl }) });
     }
 
     const configured = configFile === undefined ? undefined : await configuredEngines(configFile);
@@ -313,9 +406,13 @@ export async function runUp(argv: string[]): Promise<void> {
         `  redis        ${redisUrl ?? 'as REDIS_SENTINELS / REDIS_CLUSTER_NODES name it'}`,
         ...(configured ? ['  (no engine simulator: SLUICE_CONFIG lists the engines)'] : []),
         ...engines,
-        ...gateways.map((url) => `  gateway      ${url}  (OpenAI API at /v1, /metrics, /readyz)`),
+        ...gateways.map(({ url, metricsUrl }) =>
+          metricsUrl === undefined
+            ? `  gateway      ${url}  (OpenAI API at /v1, /metrics, /readyz)`
+            : `  gateway      ${url}  (OpenAI API at /v1, /readyz; metrics at ${metricsUrl}/metrics)`,
+        ),
         ...dispatchers.map((url) => `  dispatcher   ${url}`),
-        `try: curl ${gateways[0]}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"${configured?.model ?? 'reasoning'}","messages":[{"role":"user","content":"hi"}]}'`,
+        `try: curl ${gateways[0]!.url}/v1/chat/completions -H 'content-type: application/json' -d '{"model":"${configured?.model ?? 'reasoning'}","messages":[{"role":"user","content":"hi"}]}'`,
         '',
       ].join('\n'),
     );
