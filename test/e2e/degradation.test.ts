@@ -84,7 +84,13 @@ async function probe(endpoint: 'chat' | 'completion') {
   });
   await res.text();
   const { requests } = (await (await fetch(`${sim.url}/sim/received`)).json()) as {
-    requests: Array<{ maxTokens: number; system: string | null; promptHead: string | null }>;
+    requests: Array<{
+      maxTokens: number;
+      system: string | null;
+      messages: number;
+      userHead: string | null;
+      promptHead: string | null;
+    }>;
   };
   return { header: res.headers.get('x-sluice-load-state'), received: requests.at(-1)! };
 }
@@ -105,7 +111,10 @@ describe('degradation under real load', () => {
     );
     const { header, received } = await probe('chat');
     expect(header).toBe('tired');
-    expect(received).toMatchObject({ maxTokens: 70, system: 'Answer concisely.' });
+    // No system message is added (templates such as Gemma's refuse one): the instruction goes
+    // in front of the first user message.
+    expect(received).toMatchObject({ maxTokens: 70, system: null, messages: 1 });
+    expect(received.userHead).toMatch(/^Answer concisely\.\n\nprobe /);
   });
 
   it('lazy band (>= 90 %): the article\'s "extremely short" instruction, max_tokens x 0.3, completions prefixed', async () => {
@@ -116,10 +125,10 @@ describe('degradation under real load', () => {
     );
     const chat = await probe('chat');
     expect(chat.header).toBe('lazy');
-    expect(chat.received).toMatchObject({
-      maxTokens: 30,
-      system: 'Provide extremely short answers only. No explanations. Code only if asked.',
-    });
+    expect(chat.received).toMatchObject({ maxTokens: 30, system: null });
+    expect(chat.received.userHead).toMatch(
+      /^Provide extremely short answers only\. No explanations\. Code only if asked\.\n\nprobe /,
+    );
     const completion = await probe('completion');
     expect(completion.header).toBe('lazy');
     expect(completion.received.maxTokens).toBe(30);
@@ -140,5 +149,6 @@ describe('degradation under real load', () => {
     const { header, received } = await probe('chat');
     expect(header).toBe('normal');
     expect(received.system).toBeNull();
+    expect(received.userHead).toMatch(/^probe /);
   });
 });

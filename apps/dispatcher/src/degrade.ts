@@ -1,6 +1,8 @@
 // Graceful degradation of one pool: the smoothed load picks a profile (normal, tired,
 // lazy, ...), and a job released in a degraded state has its body rewritten on the raw
-// bytes: the profile's instruction added and max_tokens scaled. The rest of the body is
+// bytes: the profile's instruction joined to the system or first user message, and the token
+// limit the client sent scaled (never one added where vLLM would run to the end of the
+// context, nor changed where the output is grammar-constrained). The rest of the body is
 // passed through byte for byte.
 import {
   initialLoadState,
@@ -36,8 +38,9 @@ export class PoolLoad {
       systemPrompt: config.systemPrompt,
       completionPrefix: config.completionPrefix,
       maxTokensFactor: profile.maxTokensFactor,
+      // config.defaultMaxTokens is not passed: a limit the client left to the context window
+      // is never set (vLLM refuses prompt + max_tokens > max_model_len, unknown here).
       minMaxTokens: config.minMaxTokens,
-      defaultMaxTokens: config.defaultMaxTokens,
     });
     this.plans = config.profiles.map((p) => ({
       chat: plan(p, 'chat'),

@@ -1,5 +1,6 @@
 // Every degradation profile Sluice ships, or shows in an example, is exercised: its
-// threshold selects it, and its rewrite adds its instruction and scales max_tokens.
+// threshold selects it, and its rewrite adds its instruction (to the first user message, as
+// these requests have no system message) and scales max_tokens.
 // Adding a profile without behaviour fails here.
 import { readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -74,9 +75,16 @@ describe('every shipped degradation profile', () => {
       expect(sent.max_tokens).toBe(
         Math.max(config.minMaxTokens, Math.min(100, Math.round(100 * profile.maxTokensFactor))),
       );
-      if (profile.instruction !== undefined)
-        expect(sent.messages[0]).toEqual({ role: 'system', content: profile.instruction });
-      expect(sent.messages.at(-1)!.content).toBe('Explain "admission" in one line.');
+      // No message is added: a chat template that refuses a system role (Gemma) still renders it.
+      expect(sent.messages).toEqual([
+        {
+          role: 'user',
+          content:
+            profile.instruction === undefined
+              ? 'Explain "admission" in one line.'
+              : `${profile.instruction}\n\nExplain "admission" in one line.`,
+        },
+      ]);
       expect(sent.stream).toBe(true);
     },
   );
@@ -107,10 +115,72 @@ describe('the rewrite under the lazy profile, as vLLM will read it', () => {
     const sent = apply({ model: 'm', prompt: 'Once upon' }, '/v1/completions');
     expect(sent.max_tokens).toBeUndefined();
     expect(sent.prompt).toBe(`${lazy.instruction}\n\nOnce upon`);
-    // an explicit null is the rest of the context in vLLM: the default is scaled then
-    expect(apply({ model: 'm', prompt: 'p', max_tokens: null }, '/v1/completions').max_tokens).toBe(
-      Math.round(defaultDegradation.defaultMaxTokens * lazy.maxTokensFactor),
+    // an explicit null is the rest of the context in vLLM: it stays so
+    expect(
+      apply({ model: 'm', prompt: 'p', max_tokens: null }, '/v1/completions').max_tokens,
+    ).toBeNull();
+  });
+
+  it('never adds a limit to a request vLLM runs to the end of the context window', () => {
+    // vLLM refuses prompt + max_tokens > max_model_len with a 400; without a limit the same
+    // long prompt gets the rest of the window. Adding one would fail it only under load.
+    const messages = [{ role: 'user', content: 'a long document ...' }];
+    for (const extra of [{}, { max_tokens: null }, { max_completion_tokens: null }]) {
+      const sent = apply({ model: 'm', messages, ...extra }, '/v1/chat/completions');
+      expect(sent.max_tokens ?? null).toBeNull();
+      expect(sent.max_completion_tokens ?? null).toBeNull();
+      expect(sent.messages).toEqual([
+        { role: 'user', content: `${lazy.instruction}\n\na long document ...` },
+      ]);
+    }
+  });
+
+  it('joins a leading system message, and never adds a message of its own', () => {
+    const sent = apply(
+      {
+        model: 'm',
+        messages: [
+          { role: 'system', content: 'You are terse.' },
+          { role: 'user', content: 'hi' },
+        ],
+        max_tokens: 100,
+      },
+      '/v1/chat/completions',
     );
+    expect(sent.messages).toEqual([
+      { role: 'system', content: `${lazy.instruction}\n\nYou are terse.` },
+      { role: 'user', content: 'hi' },
+    ]);
+  });
+
+  it('leaves the limits of a grammar-constrained request alone', () => {
+    // A cut JSON answer or tool call is invalid, not shorter.
+    const messages = [{ role: 'user', content: 'hi' }];
+    for (const extra of [
+      { tool_choice: 'required' },
+      { tool_choice: { type: 'function', function: { name: 'f' } } },
+      { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } },
+      { response_format: { type: 'json_object' } },
+      { guided_json: { type: 'object' } },
+      { guided_regex: '[0-9]+' },
+      { guided_choice: ['a', 'b'] },
+      { guided_grammar: 'root ::= "a"' },
+      { structured_outputs: { choice: ['a', 'b'] } },
+    ]) {
+      const sent = apply(
+        { model: 'm', messages, max_tokens: 100, max_completion_tokens: 200, ...extra },
+        '/v1/chat/completions',
+      );
+      expect([sent.max_tokens, sent.max_completion_tokens]).toEqual([100, 200]);
+      expect((sent.messages as Array<{ content: string }>)[0]!.content).toBe(
+        `${lazy.instruction}\n\nhi`,
+      );
+    }
+    // tool_choice auto is no constraint: scaled
+    expect(
+      apply({ model: 'm', messages, max_tokens: 100, tool_choice: 'auto' }, '/v1/chat/completions')
+        .max_tokens,
+    ).toBe(30);
   });
 
   it('never scales below min_tokens, which vLLM requires to be <= max_tokens', () => {
@@ -119,9 +189,10 @@ describe('the rewrite under the lazy profile, as vLLM will read it', () => {
       apply({ model: 'm', messages, min_tokens: 500, max_tokens: 1000 }, '/v1/chat/completions')
         .max_tokens,
     ).toBe(500);
+    // no limit sent: none added, min_tokens or not
     expect(
       apply({ model: 'm', messages, min_tokens: 500 }, '/v1/chat/completions').max_tokens,
-    ).toBe(500);
+    ).toBeUndefined();
   });
 
   it('does not prefix a completions prompt that vLLM echoes back, and still scales', () => {

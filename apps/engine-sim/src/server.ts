@@ -26,6 +26,11 @@ export interface ReceivedRequest {
   system: string | null;
   /** First 500 characters of a string prompt (completions; a batch: its first prompt). */
   promptHead: string | null;
+  /**
+   * First 500 characters of the first user message's text (chat): its content when a string,
+   * else its first text part's.
+   */
+  userHead: string | null;
   messages: number;
   /**
    * SHA-256 (hex) of the prompt as the simulator read it (SimRequest `promptText`): a test
@@ -63,11 +68,20 @@ function summarize(
         ? first['content'].slice(0, 500)
         : null,
     promptHead: typeof prompt === 'string' ? prompt.slice(0, 500) : null,
+    userHead: userText(messages.find((m) => m['role'] === 'user')),
     messages: messages.length,
     promptSha256: createHash('sha256').update(promptText).digest('hex'),
     n,
     sequences,
   };
+}
+
+function userText(message: Record<string, unknown> | undefined): string | null {
+  const content = message?.['content'];
+  if (typeof content === 'string') return content.slice(0, 500);
+  if (!Array.isArray(content)) return null;
+  const part = (content as Array<Record<string, unknown>>).find((p) => p?.['type'] === 'text');
+  return typeof part?.['text'] === 'string' ? part['text'].slice(0, 500) : null;
 }
 
 export interface EngineSim {

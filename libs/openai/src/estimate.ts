@@ -12,8 +12,17 @@ import type { ByteSpan, PeekedRequest } from './types.js';
 /** Characters per token: vLLM's tokenizers average ~4 on English; the engine simulator uses 4. */
 const CHARS_PER_TOKEN = 4;
 
+/**
+ * What one image, audio or video item in `messages` counts, in characters: 1,024 tokens. Its
+ * bytes (base64 in a `data:` URL, or `input_audio.data`) are not prompt text: a vision model
+ * turns an image into a few hundred to a few thousand tokens whatever the size of its file
+ * (its processor's patches), so counted by characters a 300 KB photo read as 100,000 tokens
+ * and went to the long-prompt lane.
+ */
+const MEDIA_CHARS = 1024 * CHARS_PER_TOKEN;
+
 // What countSpan counts. Messages: the code points of string values (a chat template writes a
-// message's role and content, never its keys). Prompt: ceil(code points / 4) per string, 1 per
+// message's role and content, never its keys), an image, audio or video item at a fixed cost. Prompt: ceil(code points / 4) per string, 1 per
 // number (a token id). Definitions (`tools`, RAG `documents`): the code points of every string,
 // keys included, since chat templates write each definition as JSON (`tojson`).
 const VALUES = 0;
@@ -51,11 +60,15 @@ export function estimatePromptTokens(
   endpoint: 'chat' | 'completion',
 ): number {
   if (endpoint === 'chat') {
-    const { messages, tools, documents } = peeked;
+    const { messages, tools, documents, chatTemplate, chatTemplateKwargs } = peeked;
     let chars = 0;
     if (messages !== undefined) chars += countSpan(body, messages, VALUES);
     if (tools !== undefined) chars += countSpan(body, tools, ALL_STRINGS);
     if (documents !== undefined) chars += countSpan(body, documents, ALL_STRINGS);
+    // Merged over the template's arguments, `tools` and `documents` included: a prompt can
+    // travel there as well as in `documents`.
+    if (chatTemplateKwargs !== undefined) chars += countSpan(body, chatTemplateKwargs, ALL_STRINGS);
+    if (chatTemplate !== undefined) chars += countSpan(body, chatTemplate, VALUES);
     return Math.ceil(chars / CHARS_PER_TOKEN);
   }
   const prompt = peeked.prompt;
@@ -76,11 +89,15 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
   if (n > b.length) n = b.length;
   const table = STRING_BYTE;
   let total = 0;
+  // The string just read was the key `data` (`input_audio.data`): a string value right after it
+  // is a media item.
+  let dataKey = false;
   while (i < n) {
     const c = b[i]!;
     if (c === 0x22 /* " */) {
       // A string: count its code points (bytes less continuation bytes), a run at a time.
       i++;
+      const start = i;
       let chars = 0;
       for (;;) {
         const run = i;
@@ -121,10 +138,17 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
       if (i < n && b[i] === 0x3a /* : */) {
         i++;
         if (counting === ALL_STRINGS) total += chars;
+        else if (counting === VALUES) dataKey = chars === 4 && isData(b, start);
       } else if (counting === TOKEN_IDS) {
         total += Math.ceil(chars / CHARS_PER_TOKEN);
+      } else if (counting === VALUES && chars > MEDIA_CHARS && (dataKey || isDataUrl(b, start))) {
+        // An image, audio or video item (an `image_url`/`video_url` `data:` URL, or
+        // `input_audio.data`): a fixed cost, not its bytes.
+        total += MEDIA_CHARS;
+        dataKey = false;
       } else {
         total += chars;
+        dataKey = false;
       }
     } else if (
       counting === TOKEN_IDS &&
@@ -149,10 +173,22 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
         }
       }
     } else {
+      // Anything but whitespace between a key and its value: the value is not a string.
+      if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) dataKey = false;
       i++;
     }
   }
   return total;
+}
+
+/** Whether the string starting at `i` is `data` (a key). */
+function isData(b: Uint8Array, i: number): boolean {
+  return b[i] === 0x64 && b[i + 1] === 0x61 && b[i + 2] === 0x74 && b[i + 3] === 0x61; // data
+}
+
+/** Whether the string starting at `i` starts with `data:` (an RFC 2397 URL). */
+function isDataUrl(b: Uint8Array, i: number): boolean {
+  return isData(b, i) && b[i + 4] === 0x3a; // :
 }
 
 /**

@@ -40,6 +40,9 @@ const ECHO = 8;
 const TOOLS = 9;
 const DOCUMENTS = 10;
 const N = 11;
+const PRIORITY = 12;
+const CHAT_TEMPLATE = 13;
+const CHAT_TEMPLATE_KWARGS = 14;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -52,6 +55,9 @@ const MIN_TOKENS_KEY = ascii('min_tokens');
 const ECHO_KEY = ascii('echo');
 const TOOLS_KEY = ascii('tools');
 const DOCUMENTS_KEY = ascii('documents');
+const PRIORITY_KEY = ascii('priority');
+const CHAT_TEMPLATE_KEY = ascii('chat_template');
+const CHAT_TEMPLATE_KWARGS_KEY = ascii('chat_template_kwargs');
 
 const BY_NAME = new Map<string, number>([
   ['model', MODEL],
@@ -65,6 +71,9 @@ const BY_NAME = new Map<string, number>([
   ['tools', TOOLS],
   ['documents', DOCUMENTS],
   ['n', N],
+  ['priority', PRIORITY],
+  ['chat_template', CHAT_TEMPLATE],
+  ['chat_template_kwargs', CHAT_TEMPLATE_KWARGS],
 ]);
 /** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 21 * 6;
@@ -97,7 +106,7 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
     case 6:
       return same(b, s, STREAM_KEY) ? STREAM : same(b, s, PROMPT_KEY) ? PROMPT : OTHER;
     case 8:
-      return same(b, s, MESSAGES_KEY) ? MESSAGES : OTHER;
+      return same(b, s, MESSAGES_KEY) ? MESSAGES : same(b, s, PRIORITY_KEY) ? PRIORITY : OTHER;
     case 9:
       return b[s] === 0x64 /* d */ && same(b, s, DOCUMENTS_KEY) ? DOCUMENTS : OTHER;
     case 10:
@@ -111,6 +120,12 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
         : same(b, s, MIN_TOKENS_KEY)
           ? MIN_TOKENS
           : OTHER;
+    case 13:
+      return b[s] === 0x63 /* c */ && same(b, s, CHAT_TEMPLATE_KEY) ? CHAT_TEMPLATE : OTHER;
+    case 20:
+      return b[s] === 0x63 /* c */ && same(b, s, CHAT_TEMPLATE_KWARGS_KEY)
+        ? CHAT_TEMPLATE_KWARGS
+        : OTHER;
     case 21:
       return same(b, s, MAX_COMPLETION_TOKENS_KEY) ? MAX_COMPLETION_TOKENS : OTHER;
     default:
@@ -219,6 +234,12 @@ function peek(b: Uint8Array): PeekedRequest {
   let documentsEnd = -1;
   let nStart = -1;
   let nEnd = -1;
+  let priorityStart = -1;
+  let priorityEnd = -1;
+  let templateStart = -1;
+  let templateEnd = -1;
+  let kwargsStart = -1;
+  let kwargsEnd = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -279,6 +300,18 @@ function peek(b: Uint8Array): PeekedRequest {
           nStart = valueStart;
           nEnd = i;
           break;
+        case PRIORITY:
+          priorityStart = valueStart;
+          priorityEnd = i;
+          break;
+        case CHAT_TEMPLATE:
+          templateStart = valueStart;
+          templateEnd = i;
+          break;
+        case CHAT_TEMPLATE_KWARGS:
+          kwargsStart = valueStart;
+          kwargsEnd = i;
+          break;
       }
       i = skipWhitespace(b, i, n);
       if (i < n && b[i] === COMMA) {
@@ -333,6 +366,22 @@ function peek(b: Uint8Array): PeekedRequest {
   const choices = tokenCount(b, nStart, nEnd, 'n', 1);
   if (promptStart >= 0 && b[promptStart] === LOWER_N) promptStart = -1;
   const prompts = promptStart < 0 ? 1 : promptsIn(b, promptStart, promptEnd);
+  // vLLM's `priority` orders its own queue and picks whom it preempts under a priority
+  // policy (vllm/v1/core/sched/scheduler.py): a client setting it would pass the release
+  // order Sluice keeps (the x-sluice-priority header, capped per tenant).
+  if (priorityStart >= 0 && b[priorityStart] !== LOWER_N) {
+    const c = b[priorityStart]!;
+    const value =
+      c === MINUS || (c >= ZERO && c <= NINE) ? numberValue(b, priorityStart, priorityEnd) : NaN;
+    if (value !== 0)
+      throw RequestPeekError.field(
+        'priority',
+        'priority is set by Sluice (the x-sluice-priority header), not by the body: send 0 or leave it out',
+        priorityStart,
+      );
+  }
+  if (templateStart >= 0 && b[templateStart] === LOWER_N) templateStart = -1;
+  if (kwargsStart >= 0 && b[kwargsStart] === LOWER_N) kwargsStart = -1;
   if (toolsStart >= 0 && b[toolsStart] === LOWER_N) toolsStart = -1;
   if (documentsStart >= 0 && b[documentsStart] === LOWER_N) documentsStart = -1;
   // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
@@ -357,6 +406,8 @@ function peek(b: Uint8Array): PeekedRequest {
     prompt: span(promptStart, promptEnd),
     tools: span(toolsStart, toolsEnd),
     documents: span(documentsStart, documentsEnd),
+    chatTemplate: span(templateStart, templateEnd),
+    chatTemplateKwargs: span(kwargsStart, kwargsEnd),
     modelSpan: { start: modelStart, end: modelEnd },
     streamSpan: span(streamStart, streamEnd),
     maxTokensSpan: span(maxTokensStart, maxTokensEnd),

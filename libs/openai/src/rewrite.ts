@@ -1,6 +1,9 @@
 // The release-time rewrite: degrade a request (add an instruction, scale its token limit) by
 // splicing bytes into the raw body at the spans peekRequest found, never by parsing and
-// re-serialising it. Every byte outside the edited spots is copied as it is, once.
+// re-serialising it. Every byte outside the edited spots is copied as it is, once. Where the
+// peek does not say enough, the body is scanned here, as raw bytes and without building
+// values: the messages up to the one that takes the instruction, and the top-level keys (the
+// peek's spans stepped over) only when a token limit would change.
 
 import { Buffer } from 'node:buffer';
 import { decodeString } from './decode.js';
@@ -14,13 +17,15 @@ export interface RewritePlan {
   /** Text to add; undefined (or '') = no instruction. */
   readonly instruction?: string | undefined;
   /**
-   * chat: where the instruction goes in the leading system message. When messages[0] is a
-   * system message whose content is a string (or whose content's first part is a text part),
-   * the instruction joins that text: 'prepend' puts `instruction + "\n\n"` in front of it,
-   * 'append' puts `"\n\n" + instruction` after it. Otherwise a new
-   * `{"role":"system","content":instruction}` becomes messages[0]. Never a second system
-   * message: many chat templates take only messages[0] as the system prompt and refuse any
-   * other (vLLM's examples/tool_chat_template_mistral3.jinja).
+   * chat: where the instruction goes in a leading system message's text. When messages[0] is
+   * a system message whose content is a string (or whose content's first part is a text part),
+   * 'prepend' puts `instruction + "\n\n"` in front of that text, 'append' puts
+   * `"\n\n" + instruction` after it. A system message whose content is null gets the
+   * instruction as its content; one whose content is another array gets a text part first.
+   * Without a system message first, the instruction goes in front of the first user message's
+   * text in either mode. Never a new message: many chat templates refuse a second system
+   * message (vLLM's examples/tool_chat_template_mistral3.jinja), and some any system message
+   * (Gemma's "System role not supported").
    */
   readonly systemPrompt: 'prepend' | 'append';
   /**
@@ -32,18 +37,20 @@ export interface RewritePlan {
   /**
    * Scale for the token limit: `max_tokens` and/or `max_completion_tokens`, whichever the client
    * sent (both if both), rounded, floored at `minMaxTokens` and at the request's `min_tokens`,
-   * never raised above the original. A limit the client left to vLLM is set only when vLLM's
-   * own would be larger: see `plannedMaxTokens` and the README. 1 = leave token limits alone.
-   * A finite number ≥ 0.
+   * never raised above the original. A limit the client left to the context window is never
+   * set, and a request that constrains its output (tool_choice `required` or a named tool,
+   * response_format other than `text`, vLLM's guided_* or structured_outputs) keeps its
+   * limits: see `plannedMaxTokens` and the README. 1 = leave token limits alone. A finite
+   * number ≥ 0.
    */
   readonly maxTokensFactor: number;
   /** Floor of a scaled limit; an integer ≥ 1 (vLLM refuses `max_tokens` 0). */
   readonly minMaxTokens: number;
   /**
-   * The limit scaled when vLLM's own would be the rest of the context window (per model): chat
-   * without either limit, completions with `"max_tokens": null`. An integer ≥ 1.
+   * Ignored; an integer ≥ 1 when given. It used to be scaled where the client left the limit
+   * to the context window, which vLLM refuses once prompt + limit exceeds max_model_len.
    */
-  readonly defaultMaxTokens: number;
+  readonly defaultMaxTokens?: number | undefined;
 }
 
 /**
@@ -62,7 +69,8 @@ function checkPlan(plan: RewritePlan): void {
   }
   for (const key of ['minMaxTokens', 'defaultMaxTokens'] as const) {
     const v = plan[key];
-    if (!Number.isSafeInteger(v) || v < 1) {
+    if (key === 'defaultMaxTokens' && v === undefined) continue;
+    if (!Number.isSafeInteger(v) || v! < 1) {
       throw new RangeError(`${key} must be an integer >= 1, got ${String(v)}`);
     }
   }
@@ -76,9 +84,9 @@ function checkPlan(plan: RewritePlan): void {
  * `min_tokens` is `minTokens` (0 when it sent none). `original` is the limit vLLM would apply:
  * the client's, or `VLLM_COMPLETION_MAX_TOKENS` for a completions request without the key;
  * undefined when vLLM would run to the end of the context window (chat without either limit,
- * completions with `"max_tokens": null`), so `defaultMaxTokens` is scaled. Undefined when the
- * factor is 1 and there was no original: nothing is set then. Equal to `original` when the
- * rewrite leaves it.
+ * completions with `"max_tokens": null`), and then undefined back: such a limit is never set.
+ * Equal to `original` when the rewrite leaves it. Says nothing of requests that constrain
+ * their output, whose limits the rewrite leaves alone whatever this gives.
  */
 export function plannedMaxTokens(
   original: number | undefined,
@@ -86,27 +94,16 @@ export function plannedMaxTokens(
   minTokens = 0,
 ): number | undefined {
   checkPlan(plan);
-  return planned(original, plan, minTokens);
+  return original === undefined ? undefined : planned(original, plan, minTokens);
 }
 
-function planned(
-  original: number | undefined,
-  plan: RewritePlan,
-  minTokens: number,
-): number | undefined {
+function planned(original: number, plan: RewritePlan, minTokens: number): number {
   if (plan.maxTokensFactor === 1) return original;
-  const f = plan.maxTokensFactor;
-  if (original === undefined) {
-    // vLLM would have run to the end of the context, which is at least min_tokens when the
-    // request is valid at all: the scaled default, raised to min_tokens, lowers nothing vLLM
-    // accepts into a refusal.
-    const d = plan.defaultMaxTokens;
-    return Math.max(minTokens, Math.min(d, Math.max(plan.minMaxTokens, Math.round(d * f))));
-  }
   // vLLM refuses min_tokens > max_tokens (SamplingParams._verify_args, vllm/sampling_params.py),
   // so min_tokens is a floor too. Never above the original: a request whose min_tokens is
   // already above it is refused by vLLM as the client sent it, and is left so.
-  return Math.min(original, Math.max(plan.minMaxTokens, minTokens, Math.round(original * f)));
+  const scaled = Math.round(original * plan.maxTokensFactor);
+  return Math.min(original, Math.max(plan.minMaxTokens, minTokens, scaled));
 }
 
 /** One splice: bytes [start, end) of the body are replaced by `bytes` (an insert when equal). */
@@ -123,19 +120,22 @@ const escaped = (text: string): string => JSON.stringify(text).slice(1, -1);
 
 /** The bytes an instruction is spliced in as, escaped and encoded once per instruction. */
 class Encoded {
-  private message: Buffer | undefined;
-  private messageComma: Buffer | undefined;
+  private part: Buffer | undefined;
+  private partComma: Buffer | undefined;
+  private string: Buffer | undefined;
   private suffix: Buffer | undefined;
   private prefix: Buffer | undefined;
   constructor(private readonly instruction: string) {}
-  /** `{"role":"system","content":"…"}`, with a ',' after it when more elements follow. */
-  systemMessage(comma: boolean): Buffer {
+  /** `{"type":"text","text":"…"}`, with a ',' after it when more parts follow. */
+  textPart(comma: boolean): Buffer {
     if (comma) {
-      return (this.messageComma ??= utf8(
-        `{"role":"system","content":"${escaped(this.instruction)}"},`,
-      ));
+      return (this.partComma ??= utf8(`{"type":"text","text":"${escaped(this.instruction)}"},`));
     }
-    return (this.message ??= utf8(`{"role":"system","content":"${escaped(this.instruction)}"}`));
+    return (this.part ??= utf8(`{"type":"text","text":"${escaped(this.instruction)}"}`));
+  }
+  /** `"…"`: the instruction as a whole JSON string. */
+  quoted(): Buffer {
+    return (this.string ??= utf8(JSON.stringify(this.instruction)));
   }
   /** `\n\n…`: the end of a system prompt's string. */
   appended(): Buffer {
@@ -183,6 +183,8 @@ function checkPeeked(b: Uint8Array, p: PeekedRequest): void {
   inside(p.prompt, 'prompt');
   inside(p.maxTokensSpan, 'max_tokens');
   inside(p.maxCompletionTokensSpan, 'max_completion_tokens');
+  inside(p.tools, 'tools');
+  inside(p.documents, 'documents');
   if (p.messages !== undefined) {
     if (b[p.messages.start] !== 0x5b || b[p.messages.end - 1] !== 0x5d) throw mismatch('messages');
   }
@@ -203,14 +205,15 @@ export function rewriteRequest(
   checkPeeked(body, peeked);
   const edits: Edit[] = [];
   const instruction = plan.instruction;
-  if (instruction !== undefined && instruction !== '') {
-    const text = encoded(instruction);
-    // scanString may read the body a word at a time while it is bound.
-    bindWords(body);
-    try {
+  // scanString may read the body a word at a time while it is bound.
+  bindWords(body);
+  try {
+    if (instruction !== undefined && instruction !== '') {
+      const text = encoded(instruction);
       if (plan.endpoint === 'chat') {
         if (peeked.messages !== undefined) {
-          edits.push(instructMessages(body, peeked.messages, text, plan.systemPrompt));
+          const edit = instructMessages(body, peeked.messages, text, plan.systemPrompt);
+          if (edit !== undefined) edits.push(edit);
         }
       } else if (plan.completionPrefix && peeked.prompt !== undefined && peeked.echo !== true) {
         // With echo, vLLM returns the prompt it was given ahead of the answer
@@ -219,11 +222,15 @@ export function rewriteRequest(
         const edit = prefixPrompt(body, peeked.prompt, text);
         if (edit !== undefined) edits.push(edit);
       }
-    } finally {
-      releaseWords();
     }
+    if (plan.maxTokensFactor !== 1) {
+      const limits = limitEdits(body, peeked, plan);
+      // Only a request whose limits would change pays for the scan of its top-level keys.
+      if (limits.length > 0 && !constrainsOutput(body, peeked)) edits.push(...limits);
+    }
+  } finally {
+    releaseWords();
   }
-  if (plan.maxTokensFactor !== 1) scaleLimits(body, peeked, plan, edits);
   return edits.length === 0 ? asBuffer(body) : splice(body, edits);
 }
 
@@ -244,25 +251,89 @@ function splice(b: Uint8Array, edits: Edit[]): Buffer {
   return Buffer.concat(parts, length);
 }
 
-// --- chat: the system instruction ---------------------------------------------------------
+// --- chat: the instruction ----------------------------------------------------------------
 
+/**
+ * The edit that puts the instruction into `messages`, never as a message of its own: into
+ * messages[0] when that is a system message, else into the first user message. Undefined when
+ * neither is there or its content has no form the instruction can join (absent, a number …).
+ * Elements are scanned in order up to that message, each member loop skipping nested values
+ * by counting brackets; nothing after it is read.
+ */
 function instructMessages(
   b: Uint8Array,
   messages: ByteSpan,
   text: Encoded,
   mode: 'prepend' | 'append',
-): Edit {
-  const first = skipWhitespace(b, messages.start + 1, messages.end);
-  const empty = first === messages.end - 1; // only ']' is left
-  if (!empty) {
-    const system = systemText(b, first, messages.end);
-    if (system !== undefined) {
-      return mode === 'prepend'
-        ? { start: system.start, end: system.start, bytes: text.prefixed() }
-        : { start: system.end, end: system.end, bytes: text.appended() };
+): Edit | undefined {
+  const end = messages.end - 1; // the ']'
+  let i = skipWhitespace(b, messages.start + 1, end);
+  let first = true;
+  while (i < end) {
+    let role = NO_ROLE;
+    let content = -1;
+    let contentEnd = -1;
+    let next: number;
+    if (b[i] === 0x7b /* { */) {
+      next = eachMember(b, i, end, (key, keyEnd, keyEscaped, value, valueEnd, valueEscaped) => {
+        const id = memberKey(b, key, keyEnd, keyEscaped);
+        if (id === ROLE) {
+          role =
+            b[value] === 0x22 /* " */ ? roleOf(b, value + 1, valueEnd - 1, valueEscaped) : NO_ROLE;
+        } else if (id === CONTENT) {
+          content = value;
+          contentEnd = valueEnd;
+        }
+      });
+    } else {
+      next = b[i] === 0x22 /* " */ ? scanString(b, i + 1, end) : skipOther(b, i, end);
     }
+    // A system message first takes it (never falling through to a user message: a second
+    // place for the instruction is no better than none); else the first user message does.
+    if (first && role === SYSTEM) {
+      return content < 0 ? undefined : instructContent(b, content, contentEnd, text, mode);
+    }
+    if (role === USER) {
+      return content < 0 ? undefined : instructContent(b, content, contentEnd, text, 'prepend');
+    }
+    first = false;
+    i = skipWhitespace(b, next, end);
+    if (b[i] !== 0x2c /* , */) break;
+    i = skipWhitespace(b, i + 1, end);
   }
-  return { start: messages.start + 1, end: messages.start + 1, bytes: text.systemMessage(!empty) };
+  return undefined;
+}
+
+/**
+ * The edit for a message whose `content` value is [s, e): a string, or the first part of an
+ * array when that is a text part, gets the instruction joined to its text; another array a
+ * text part first; null the instruction as a string. Undefined for anything else.
+ */
+function instructContent(
+  b: Uint8Array,
+  s: number,
+  e: number,
+  text: Encoded,
+  mode: 'prepend' | 'append',
+): Edit | undefined {
+  const c = b[s];
+  let join: ByteSpan | undefined;
+  if (c === 0x22 /* " */) {
+    join = { start: s + 1, end: e - 1 };
+  } else if (c === 0x5b /* [ */) {
+    join = firstTextPart(b, s, e);
+    if (join === undefined) {
+      const empty = skipWhitespace(b, s + 1, e) === e - 1; // only ']' is left
+      return { start: s + 1, end: s + 1, bytes: text.textPart(!empty) };
+    }
+  } else if (c === 0x6e /* n: null */) {
+    return { start: s, end: e, bytes: text.quoted() };
+  } else {
+    return undefined;
+  }
+  return mode === 'prepend'
+    ? { start: join.start, end: join.start, bytes: text.prefixed() }
+    : { start: join.end, end: join.end, bytes: text.appended() };
 }
 
 const OTHER = 0;
@@ -270,6 +341,10 @@ const ROLE = 1;
 const CONTENT = 2;
 /** Longest raw key that can unescape to `content`: 7 characters, 6 bytes each as \uXXXX. */
 const MAX_ESCAPED_KEY = 7 * 6;
+
+const NO_ROLE = 0;
+const SYSTEM = 1;
+const USER = 2;
 
 /** Which member the raw key bytes [s, e) name, compared after unescaping. */
 function memberKey(b: Uint8Array, s: number, e: number, isEscaped: boolean): number {
@@ -302,10 +377,14 @@ function memberKey(b: Uint8Array, s: number, e: number, isEscaped: boolean): num
   return OTHER;
 }
 
-/** Whether the string content [s, e) is `system`, compared after unescaping. */
-function isSystem(b: Uint8Array, s: number, e: number, isEscaped: boolean): boolean {
-  if (isEscaped) return e - s <= 6 * 6 && decodeString(b, s, e) === 'system';
-  return (
+/** `SYSTEM` or `USER` when the string content [s, e) is that role (after unescaping). */
+function roleOf(b: Uint8Array, s: number, e: number, isEscaped: boolean): number {
+  if (isEscaped) {
+    if (e - s > 6 * 6) return NO_ROLE;
+    const role = decodeString(b, s, e);
+    return role === 'system' ? SYSTEM : role === 'user' ? USER : NO_ROLE;
+  }
+  if (
     e - s === 6 &&
     b[s] === 0x73 /* s */ &&
     b[s + 1] === 0x79 /* y */ &&
@@ -313,7 +392,19 @@ function isSystem(b: Uint8Array, s: number, e: number, isEscaped: boolean): bool
     b[s + 3] === 0x74 /* t */ &&
     b[s + 4] === 0x65 /* e */ &&
     b[s + 5] === 0x6d /* m */
-  );
+  ) {
+    return SYSTEM;
+  }
+  if (
+    e - s === 4 &&
+    b[s] === 0x75 /* u */ &&
+    b[s + 1] === 0x73 /* s */ &&
+    b[s + 2] === 0x65 /* e */ &&
+    b[s + 3] === 0x72 /* r */
+  ) {
+    return USER;
+  }
+  return NO_ROLE;
 }
 
 /**
@@ -343,50 +434,31 @@ function skipOther(b: Uint8Array, i: number, n: number): number {
 }
 
 /**
- * The text of the system message at `i` (messages[0]) that an instruction joins, as the bytes
- * inside its quotes: its `content` when a string, or the `text` of its content's first part
- * when that part is a text part (`[{"type":"text","text":"…"}, …]`, vLLM's
- * ChatCompletionContentPartTextParam). Undefined when `i` is not a system message or its
- * content is neither. Duplicate keys resolve as JSON.parse does: the last one counts.
- */
-function systemText(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
-  let system = false;
-  let content: ByteSpan | undefined;
-  const isObject = eachMember(b, i, n, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
-    const id = memberKey(b, key, keyEnd, keyEscaped);
-    const isString = b[value] === 0x22; /* " */
-    if (id === ROLE) system = isString && isSystem(b, value + 1, end - 1, valueEscaped);
-    else if (id === CONTENT)
-      content = isString ? { start: value + 1, end: end - 1 } : firstTextPart(b, value, end);
-  });
-  return isObject && system ? content : undefined;
-}
-
-/**
  * The `text` string of the first element of the array at [i, n) when that element is an
- * object with a string `text` and, if it has a `type`, the type `text`.
+ * object with a string `text` and, if it has a `type`, the type `text` (vLLM's
+ * ChatCompletionContentPartTextParam). Duplicate keys resolve as JSON.parse does.
  */
 function firstTextPart(b: Uint8Array, i: number, n: number): ByteSpan | undefined {
   if (b[i] !== 0x5b /* [ */) return undefined;
   let text: ByteSpan | undefined;
   let typeIsText = true;
   const first = skipWhitespace(b, i + 1, n);
-  const isObject = eachMember(b, first, n, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
+  const after = eachMember(b, first, n, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
     const name = partKey(b, key, keyEnd, keyEscaped);
     const isString = b[value] === 0x22; /* " */
     if (name === 'text') text = isString ? { start: value + 1, end: end - 1 } : undefined;
     else if (name === 'type')
       typeIsText = isString && partKey(b, value + 1, end - 1, valueEscaped) === 'text';
   });
-  return isObject && typeIsText ? text : undefined;
+  return after >= 0 && typeIsText ? text : undefined;
 }
 
 /**
  * Calls `member` for each member of the object at `i` (its '{'; `n` bounds the scan), in
  * order: the key's raw bytes are [key, keyEnd), the value is [value, end) (a string there
  * with its quotes), and the escape flags say whether the key's or a string value's bytes hold
- * an escape. Nested values are skipped by depth counting, without recursion. False when there
- * is no object at `i`.
+ * an escape. Nested values are skipped by depth counting, without recursion. Returns the
+ * position after the object's '}', or -1 when there is no object at `i`.
  */
 function eachMember(
   b: Uint8Array,
@@ -400,8 +472,8 @@ function eachMember(
     end: number,
     valueEscaped: boolean,
   ) => void,
-): boolean {
-  if (b[i] !== 0x7b /* { */) return false;
+): number {
+  if (b[i] !== 0x7b /* { */) return -1;
   i = skipWhitespace(b, i + 1, n);
   while (i < n && b[i] === 0x22 /* " */) {
     const key = i + 1;
@@ -417,7 +489,7 @@ function eachMember(
     if (b[i] !== 0x2c /* , */) break; // '}': the object ends
     i = skipWhitespace(b, i + 1, n);
   }
-  return true;
+  return i + 1;
 }
 
 /** `text` or `type` when the string [s, e) is that word (after unescaping), else ''. */
@@ -455,11 +527,10 @@ function prefixPrompt(b: Uint8Array, prompt: ByteSpan, text: Encoded): Edit | un
 
 // --- token limits ---------------------------------------------------------------------------
 
-function scaleLimits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan, edits: Edit[]): void {
+/** The edits that scale the token limits, before the check for a constrained output. */
+function limitEdits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan): Edit[] {
+  const edits: Edit[] = [];
   const minTokens = p.minTokens ?? 0;
-  const replace = (span: ByteSpan, value: number): void => {
-    edits.push({ start: span.start, end: span.end, bytes: utf8(String(value)) });
-  };
   // Every limit the client sent is scaled, on both endpoints (on completions vLLM ignores
   // max_completion_tokens, an extra field of its CompletionRequest, so scaling it changes nothing).
   for (const [original, span] of [
@@ -467,31 +538,21 @@ function scaleLimits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan, edits: 
     [p.maxCompletionTokens, p.maxCompletionTokensSpan],
   ] as const) {
     if (original === undefined || span === undefined) continue;
-    const value = planned(original, plan, minTokens)!;
-    if (value !== original) replace(span, value);
+    const value = planned(original, plan, minTokens);
+    if (value !== original)
+      edits.push({ start: span.start, end: span.end, bytes: utf8(`${value}`) });
   }
-  // What vLLM falls back to when the limit it reads is missing decides what may be set.
-  let value: number;
-  if (plan.endpoint === 'chat') {
-    // ChatCompletionRequest: max_completion_tokens, else max_tokens, else the rest of the
-    // context (vllm/entrypoints/openai/chat_completion/serving.py): max_tokens is set (vLLM
-    // accepts it there) from the default.
-    if (p.maxTokens !== undefined || p.maxCompletionTokens !== undefined) return;
-    value = planned(undefined, plan, minTokens)!;
-  } else if (p.maxTokens !== undefined) {
-    return;
-  } else if (p.maxTokensSpan !== undefined) {
-    // "max_tokens": null on completions: the rest of the context, as for chat.
-    value = planned(undefined, plan, minTokens)!;
-  } else {
-    // No max_tokens key on completions: vLLM's default of 16. Set only when scaling lowers it.
-    value = planned(VLLM_COMPLETION_MAX_TOKENS, plan, minTokens)!;
-    if (value === VLLM_COMPLETION_MAX_TOKENS) return;
-  }
-  if (p.maxTokensSpan !== undefined) {
-    replace(p.maxTokensSpan, value); // "max_tokens": null, the last of its key
-    return;
-  }
+  // A limit the client left to vLLM is set only where vLLM's own is known, and only lower.
+  // Chat without either limit and completions with "max_tokens": null get the rest of the
+  // context window: get_max_tokens (vllm/entrypoints/utils.py) takes max_model_len minus the
+  // prompt's tokens (or less, the model's generation-config default). An explicit limit is
+  // refused with a 400 once prompt + limit exceeds max_model_len (OpenAIServing._validate_input,
+  // vllm/entrypoints/openai/serving_engine.py), and max_model_len is not known here: any value
+  // set could turn a long prompt that fits into a refusal caused by load. So none is set.
+  if (plan.endpoint === 'chat' || p.maxTokensSpan !== undefined) return edits;
+  // No max_tokens key on completions: vLLM's default of 16. Set only when scaling lowers it.
+  const value = planned(VLLM_COMPLETION_MAX_TOKENS, plan, minTokens);
+  if (value === VLLM_COMPLETION_MAX_TOKENS) return edits;
   // A new last member, right after the last value, so whitespace before '}' stays after it.
   let last = p.objectEnd - 1;
   while (last > p.objectStart) {
@@ -505,4 +566,107 @@ function scaleLimits(b: Uint8Array, p: PeekedRequest, plan: RewritePlan, edits: 
     end: last + 1,
     bytes: utf8(`${empty ? '' : ','}"max_tokens":${value}`),
   });
+  return edits;
+}
+
+// --- constrained output ---------------------------------------------------------------------
+
+/**
+ * Top-level keys that constrain the output to a grammar (vLLM's structured outputs), by the
+ * index their last occurrence is recorded at. A cut answer there is no shorter answer but an
+ * invalid one: JSON that does not parse, a tool call without its arguments
+ * (vllm/entrypoints/openai/chat_completion/serving.py, serving_chat.py before the split).
+ */
+const CONSTRAINT_KEYS = new Map<string, number>([
+  ['tool_choice', 0],
+  ['response_format', 1],
+  ['guided_json', 2],
+  ['guided_regex', 3],
+  ['guided_choice', 4],
+  ['guided_grammar', 5],
+  ['structured_outputs', 6],
+]);
+const TOOL_CHOICE = 0;
+const RESPONSE_FORMAT = 1;
+/** Longest raw key that can unescape to one of them: 18 characters as \uXXXX. */
+const MAX_ESCAPED_CONSTRAINT_KEY = 18 * 6;
+
+/** The index of the constraint key [s, e) names (after unescaping), else -1. */
+function constraintKey(b: Uint8Array, s: number, e: number, isEscaped: boolean): number {
+  const length = e - s;
+  if (isEscaped) {
+    if (length > MAX_ESCAPED_CONSTRAINT_KEY) return -1;
+  } else {
+    if (length < 11 || length > 18) return -1;
+    const c = b[s];
+    // t(ool_choice), r(esponse_format), g(uided_*), s(tructured_outputs)
+    if (c !== 0x74 && c !== 0x72 && c !== 0x67 && c !== 0x73) return -1;
+  }
+  return CONSTRAINT_KEYS.get(decodeString(b, s, e)) ?? -1;
+}
+
+/** The string [s, e) (inside its quotes) when it is at most `max` raw bytes, else undefined. */
+function shortString(b: Uint8Array, s: number, e: number, max: number): string | undefined {
+  return e - s <= max ? decodeString(b, s, e) : undefined;
+}
+
+/** Whether the value [s, e) of constraint key `id` constrains the output. */
+function constrains(b: Uint8Array, id: number, s: number, e: number): boolean {
+  const c = b[s];
+  if (c === 0x6e /* n: null, as if absent */) return false;
+  if (id === TOOL_CHOICE) {
+    // "auto" and "none" leave the model free; "required" and a named tool
+    // ({"type":"function","function":{"name":…}}) force a tool call, whose arguments are JSON.
+    if (c !== 0x22 /* " */) return true;
+    const choice = shortString(b, s + 1, e - 1, 4 * 6);
+    return choice !== 'auto' && choice !== 'none';
+  }
+  if (id === RESPONSE_FORMAT) {
+    // {"type":"text"} is plain text; json_object, json_schema and structural_tag are not.
+    let text = false;
+    const after = eachMember(b, s, e, (key, keyEnd, keyEscaped, value, end, valueEscaped) => {
+      if (partKey(b, key, keyEnd, keyEscaped) === 'type') {
+        text =
+          b[value] === 0x22 /* " */ &&
+          (valueEscaped
+            ? shortString(b, value + 1, end - 1, 4 * 6) === 'text'
+            : partKey(b, value + 1, end - 1, false) === 'text');
+      }
+    });
+    return !(after >= 0 && text);
+  }
+  // guided_json, guided_regex, guided_choice, guided_grammar, structured_outputs: any value.
+  return true;
+}
+
+/**
+ * Whether the request constrains its output (see CONSTRAINT_KEYS): one pass over the
+ * top-level members, where the values the peek found (messages, prompt, tools, documents) are
+ * stepped over by their spans and the rest skipped by counting brackets. The last of duplicate
+ * keys counts, as with JSON.parse and Python's json.loads.
+ */
+function constrainsOutput(b: Uint8Array, p: PeekedRequest): boolean {
+  const n = p.objectEnd + 1;
+  const known = [p.messages, p.prompt, p.tools, p.documents];
+  let found = 0; // bit k: the last constraint key k seen constrains
+  let i = skipWhitespace(b, p.objectStart + 1, n);
+  while (i < n && b[i] === 0x22 /* " */) {
+    const key = i + 1;
+    i = scanString(b, key, n);
+    const id = constraintKey(b, key, i - 1, lastStringEscaped());
+    i = skipWhitespace(b, i, n); // to ':'
+    const value = skipWhitespace(b, i + 1, n);
+    let end = -1;
+    for (const span of known) if (span !== undefined && span.start === value) end = span.end;
+    if (end < 0)
+      end = b[value] === 0x22 /* " */ ? scanString(b, value + 1, n) : skipOther(b, value, n);
+    if (id >= 0) {
+      if (constrains(b, id, value, end)) found |= 1 << id;
+      else found &= ~(1 << id);
+    }
+    i = skipWhitespace(b, end, n);
+    if (b[i] !== 0x2c /* , */) break; // '}': the object ends
+    i = skipWhitespace(b, i + 1, n);
+  }
+  return found !== 0;
 }

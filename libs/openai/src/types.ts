@@ -55,6 +55,18 @@ export interface PeekedRequest {
    * has no such field and ignores it, so it never reaches the prompt.
    */
   readonly documents: ByteSpan | undefined;
+  /**
+   * vLLM's per-request `chat_template` (a Jinja template: its literal text reaches the prompt),
+   * whatever its type; undefined when absent or null.
+   */
+  readonly chatTemplate: ByteSpan | undefined;
+  /**
+   * vLLM's `chat_template_kwargs`, whatever its type; undefined when absent or null. vLLM merges
+   * it over the template's own arguments, `tools` and `documents` included
+   * (vllm/entrypoints/openai/serving_engine.py `_preprocess_chat`), so what it carries can reach
+   * the prompt as those do.
+   */
+  readonly chatTemplateKwargs: ByteSpan | undefined;
   /** The `model` value, quotes included. */
   readonly modelSpan: ByteSpan;
   /** The `stream` value, present whenever the key is (null included). */

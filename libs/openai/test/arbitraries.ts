@@ -120,6 +120,15 @@ const fieldValues: Record<string, fc.Arbitrary<Value>> = {
   max_completion_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
   min_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
   echo: fc.oneof(fc.boolean(), fc.constant(null), json),
+  n: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 8 }) }, fc.constant(null), json),
+  priority: fc.oneof(
+    { weight: 2, arbitrary: fc.constant(0) },
+    fc.integer(),
+    fc.constant(null),
+    json,
+  ),
+  chat_template: fc.oneof(anyString, fc.constant(null), json),
+  chat_template_kwargs: fc.oneof(fc.constant(null), json),
   messages: fc.oneof(
     { weight: 4, arbitrary: fc.array(message, { maxLength: 5 }) },
     fc.constant(null),

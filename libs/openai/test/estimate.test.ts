@@ -29,6 +29,24 @@ function codePoints(v: unknown): number {
   return 0;
 }
 
+/** What one image, audio or video item counts, in characters (1,024 tokens). */
+const MEDIA_CHARS = 4096;
+
+/**
+ * Code points of the string values of `messages`, except a media item (a string longer than
+ * MEDIA_CHARS that is the value of a key `data` or starts with `data:`), which counts MEDIA_CHARS.
+ */
+function messageChars(v: unknown, underData = false): number {
+  if (typeof v === 'string') {
+    const n = [...v].length;
+    return n > MEDIA_CHARS && (underData || v.startsWith('data:')) ? MEDIA_CHARS : n;
+  }
+  if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + messageChars(x), 0);
+  if (v !== null && typeof v === 'object')
+    return Object.entries(v).reduce((sum, [k, x]) => sum + messageChars(x, k === 'data'), 0);
+  return 0;
+}
+
 /** A prompt: each string ceil(code points / 4), each number 1, whatever the nesting. */
 function promptTokens(v: unknown): number {
   if (typeof v === 'string') return Math.ceil([...v].length / 4);
@@ -65,10 +83,13 @@ function referenceEstimate(body: Uint8Array, endpoint: Endpoint): number {
   const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
   if (endpoint === 'chat') {
     const messages = get('messages');
+    const template = get('chat_template');
     const chars =
-      (Array.isArray(messages) ? codePoints(messages) : 0) +
+      (Array.isArray(messages) ? messageChars(messages) : 0) +
       allCodePoints(get('tools')) +
-      allCodePoints(get('documents'));
+      allCodePoints(get('documents')) +
+      allCodePoints(get('chat_template_kwargs')) +
+      (template === undefined || template === null ? 0 : codePoints(template));
     return Math.ceil(chars / 4);
   }
   const prompt = get('prompt');
@@ -189,6 +210,39 @@ describe('estimatePromptTokens: worked examples', () => {
     );
     // A completions request has no tools (vLLM's CompletionRequest ignores the field).
     expect(estimate(`{"model":"m","prompt":"hi","tools":${tools}}`, 'completion')).toBe(1);
+  });
+
+  it('chat: an image, audio or video item counts 1,024 tokens, not its base64', () => {
+    const base64 = 'A'.repeat(400_000);
+    const image = (url: string) =>
+      `[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"${url}"}}]}]`;
+    // The string values: role, the parts' types, the text, the item.
+    expect(chat(image(`data:image/png;base64,${base64}`))).toBe(
+      Math.ceil((4 + 4 + 13 + 9 + 4096) / 4),
+    );
+    // An item small enough counts its own characters; a plain URL is text.
+    expect(chat(image('data:image/png;base64,AAAA'))).toBe(Math.ceil((4 + 4 + 13 + 9 + 26) / 4));
+    expect(chat(image(`https://example.com/${'x'.repeat(5000)}`))).toBe(
+      Math.ceil((4 + 4 + 13 + 9 + 20 + 5000) / 4),
+    );
+    const audio = `[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"${base64}","format":"wav"}}]}]`;
+    expect(chat(audio)).toBe(Math.ceil((4 + 11 + 4096 + 3) / 4));
+    // Only the value right after the key `data` is one: text after it counts as text.
+    const after = `[{"role":"user","content":[{"data":1,"x":"${'y'.repeat(5000)}"}]}]`;
+    expect(chat(after)).toBe(Math.ceil((4 + 5000) / 4));
+  });
+
+  it("chat: chat_template_kwargs and chat_template count, as vLLM merges them into the template's arguments", () => {
+    const doc = 'z'.repeat(200_000);
+    const body = (extra: string) =>
+      `{"model":"m","messages":[{"role":"user","content":"hi"}],${extra}}`;
+    expect(estimate(body(`"chat_template_kwargs":{"documents":[{"text":"${doc}"}]}`), 'chat')).toBe(
+      Math.ceil((4 + 2 + 9 + 4 + 200_000) / 4),
+    );
+    expect(estimate(body(`"chat_template":"{{ '${'w'.repeat(4000)}' }}"`), 'chat')).toBe(
+      Math.ceil((4 + 2 + 4008) / 4),
+    );
+    expect(estimate(body('"chat_template_kwargs":null,"chat_template":null'), 'chat')).toBe(2);
   });
 
   it('completions: a string prompt is its characters over 4, rounded up', () => {

@@ -29,6 +29,8 @@ export type Expected =
       readonly maxCompletionTokens: number | undefined;
       readonly minTokens: number | undefined;
       readonly echo: boolean | undefined;
+      readonly n: number | undefined;
+      readonly sequences: number;
     };
 
 function tokenCount(value: unknown): number | undefined | 'bad' {
@@ -68,6 +70,15 @@ export function expectedFor(body: Uint8Array): Expected {
   if (messages !== undefined && messages !== null && !Array.isArray(messages)) {
     return { kind: 'field', field: 'messages' };
   }
+  const n = tokenCount(get('n'));
+  if (n === 'bad' || n === 0) return { kind: 'field', field: 'n' };
+  const priority = get('priority');
+  if (priority !== undefined && priority !== null && priority !== 0)
+    return { kind: 'field', field: 'priority' };
+  // Prompts of a batch: an array whose first element is not a number (token ids are one).
+  const prompt = get('prompt');
+  const prompts =
+    Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== 'number' ? prompt.length : 1;
   return {
     kind: 'ok',
     parsed,
@@ -77,6 +88,8 @@ export function expectedFor(body: Uint8Array): Expected {
     maxCompletionTokens,
     minTokens,
     echo,
+    n,
+    sequences: Math.min((n ?? 1) * prompts, Number.MAX_SAFE_INTEGER),
   };
 }
 
@@ -127,10 +140,14 @@ export function checkAgainstOracle(body: Uint8Array): PeekedRequest | RequestPee
   expect(result.maxCompletionTokens).toBe(expected.maxCompletionTokens);
   expect(result.minTokens).toBe(expected.minTokens);
   expect(result.echo).toBe(expected.echo);
+  expect(result.n).toBe(expected.n);
+  expect(result.sequences).toBe(expected.sequences);
   checkSpan(body, parsed, 'messages', result.messages, true);
   checkSpan(body, parsed, 'prompt', result.prompt, true);
   checkSpan(body, parsed, 'tools', result.tools, true);
   checkSpan(body, parsed, 'documents', result.documents, true);
+  checkSpan(body, parsed, 'chat_template', result.chatTemplate, true);
+  checkSpan(body, parsed, 'chat_template_kwargs', result.chatTemplateKwargs, true);
   checkSpan(body, parsed, 'model', result.modelSpan, false);
   checkSpan(body, parsed, 'stream', result.streamSpan, false);
   checkSpan(body, parsed, 'max_tokens', result.maxTokensSpan, false);

@@ -29,6 +29,8 @@ describe('peekRequest: a chat request', () => {
       prompt: undefined,
       tools: undefined,
       documents: undefined,
+      chatTemplate: undefined,
+      chatTemplateKwargs: undefined,
       modelSpan: { start: 9, end: 17 },
       streamSpan: { start: at(body, 'true'), end: at(body, 'true') + 4 },
       maxTokensSpan: { start: at(body, '128'), end: at(body, '128') + 3 },
@@ -299,6 +301,37 @@ describe('peekRequest: n and batches, the engine requests a request becomes', ()
     ['{"model":"m","prompt":["a","b"],"n":9007199254740991}', 9007199254740991, 9007199254740991],
   ])('%s: n %s, %s engine requests', (text, n, sequences) => {
     expect(peek(text)).toMatchObject({ n, sequences });
+  });
+
+  it.each(['0', '-0', '0.0', 'null'])(
+    'accepts a body priority of %s: Sluice keeps the order',
+    (text) => {
+      expect(peek(`{"model":"m","priority":${text}}`).model).toBe('m');
+    },
+  );
+
+  it.each(['1', '-1000', '0.5', '"0"', 'true', '1e400'])(
+    'refuses a body priority of %s',
+    (text) => {
+      const error = peekError(`{"model":"m","priority":${text}}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('priority');
+      expect(error.message).toMatch(/^priority is set by Sluice \(the x-sluice-priority header\)/);
+    },
+  );
+
+  it('reads where chat_template and chat_template_kwargs sit, null as absent', () => {
+    const body = '{"model":"m","chat_template":"{{ x }}","chat_template_kwargs":{"documents":[]}}';
+    const r = peek(body);
+    expect(r.chatTemplate).toStrictEqual({
+      start: at(body, '"{{'),
+      end: at(body, ',"chat_template_kwargs'),
+    });
+    expect(r.chatTemplateKwargs).toStrictEqual({ start: at(body, '{"doc'), end: body.length - 1 });
+    expect(peek('{"model":"m","chat_template":null,"chat_template_kwargs":null}')).toMatchObject({
+      chatTemplate: undefined,
+      chatTemplateKwargs: undefined,
+    });
   });
 
   it.each(['0', '-1', '1.5', '"2"', 'true', '[2]'])('refuses n: %s', (text) => {

@@ -18,21 +18,35 @@ export const COMPLETION_DEFAULT = 16;
 
 /**
  * The limit a field gets, written out from the plan's rules (not from the code under test):
- * `original` is the limit vLLM would apply, undefined for the rest of the context window;
+ * `original` is the limit vLLM would apply (a limit left to the context window is never set);
  * `minTokens` the request's min_tokens (0 when none).
  */
-export function expectedLimit(
-  original: number | undefined,
-  plan: RewritePlan,
-  minTokens = 0,
-): number {
+export function expectedLimit(original: number, plan: RewritePlan, minTokens = 0): number {
   const f = plan.maxTokensFactor;
-  if (original === undefined) {
-    const d = plan.defaultMaxTokens;
-    const scaled = Math.min(d, Math.max(plan.minMaxTokens, Math.round(d * f)));
-    return Math.max(minTokens, scaled);
-  }
   return Math.min(original, Math.max(plan.minMaxTokens, minTokens, Math.round(original * f)));
+}
+
+/** Keys whose last value, when not null, may constrain vLLM's output to a grammar. */
+export const GUIDED_KEYS = [
+  'guided_json',
+  'guided_regex',
+  'guided_choice',
+  'guided_grammar',
+  'structured_outputs',
+] as const;
+
+/**
+ * Whether a parsed request constrains its output: tool_choice other than auto / none,
+ * response_format other than {"type":"text"}, or any guided_* / structured_outputs (null is
+ * as absent throughout).
+ */
+export function constrainsOutput(value: Record<string, unknown>): boolean {
+  const set = (key: string) => value[key] !== undefined && value[key] !== null;
+  if (GUIDED_KEYS.some(set)) return true;
+  const format = value.response_format;
+  if (set('response_format') && !(isObject(format) && format.type === 'text')) return true;
+  const choice = value.tool_choice;
+  return set('tool_choice') && choice !== 'auto' && choice !== 'none';
 }
 
 /**
@@ -64,18 +78,32 @@ export interface ExpectedEdit {
 }
 
 /**
- * What a rewrite must give, worked out from JSON.parse and object edits alone: the parsed
- * result, and the splices (from the peek's spans) that must turn the body into the output.
+ * The message that takes the instruction, and how: messages[0] when it is a system message
+ * (in the plan's mode), else the first user message (always in front). Undefined when there
+ * is none.
  */
+export function instructionTarget(
+  messages: unknown[],
+  mode: 'prepend' | 'append',
+): { message: Record<string, unknown>; mode: 'prepend' | 'append' } | undefined {
+  const first = messages[0];
+  if (isObject(first) && first.role === 'system') return { message: first, mode };
+  const user = messages.find((m) => isObject(m) && m.role === 'user');
+  return user === undefined
+    ? undefined
+    : { message: user as Record<string, unknown>, mode: 'prepend' };
+}
+
 /**
- * The text an instruction joins in a leading system message: its string content, or the text
- * of its content's first part when that part is a text part.
+ * The text an instruction joins in a message: its string content, or the text of its
+ * content's first part when that part is a text part.
  */
-function joinable(first: unknown): { text: string; set(value: string): void } | undefined {
-  if (!isObject(first) || first.role !== 'system') return undefined;
-  const content = first.content;
+function joinable(
+  message: Record<string, unknown>,
+): { text: string; set(value: string): void } | undefined {
+  const content = message.content;
   if (typeof content === 'string')
-    return { text: content, set: (value) => (first.content = value) };
+    return { text: content, set: (value) => (message.content = value) };
   const part: unknown = Array.isArray(content) ? content[0] : undefined;
   if (
     isObject(part) &&
@@ -85,6 +113,11 @@ function joinable(first: unknown): { text: string; set(value: string): void } | 
     return { text: part.text, set: (value) => (part.text = value) };
   return undefined;
 }
+
+/**
+ * What a rewrite must give, worked out from JSON.parse and object edits alone: the parsed
+ * result, and the splices (from the peek's spans) that must turn the body into the output.
+ */
 
 export function expectedRewrite(
   body: Buffer,
@@ -100,30 +133,30 @@ export function expectedRewrite(
   const instruction = plan.instruction;
   if (instruction !== undefined && instruction !== '') {
     const messages = value.messages;
-    if (plan.endpoint === 'chat' && Array.isArray(messages)) {
-      const join = joinable(messages[0]);
+    const target = Array.isArray(messages)
+      ? instructionTarget(messages, plan.systemPrompt)
+      : undefined;
+    if (plan.endpoint === 'chat' && target !== undefined) {
+      // Somewhere inside the messages array: the exact offset is the scan's to find.
+      const span = peeked.messages!;
+      const inside = (text: string, removes = 0): void => {
+        edits.push({ from: span.start + 1, to: span.end - 1, removes, bytes: Buffer.from(text) });
+      };
+      const { message, mode } = target;
+      const content = message.content;
+      const join = joinable(message);
       if (join) {
         join.set(
-          plan.systemPrompt === 'prepend'
-            ? `${instruction}\n\n${join.text}`
-            : `${join.text}\n\n${instruction}`,
+          mode === 'prepend' ? `${instruction}\n\n${join.text}` : `${join.text}\n\n${instruction}`,
         );
-        const span = peeked.messages!;
-        edits.push({
-          from: span.start + 1,
-          to: span.end - 1,
-          removes: 0,
-          bytes: Buffer.from(
-            esc(plan.systemPrompt === 'prepend' ? `${instruction}\n\n` : `\n\n${instruction}`),
-          ),
-        });
-      } else {
-        messages.unshift({ role: 'system', content: instruction });
-        const comma = messages.length > 1 ? ',' : '';
-        at(
-          peeked.messages!.start + 1,
-          `{"role":"system","content":${JSON.stringify(instruction)}}${comma}`,
-        );
+        inside(esc(mode === 'prepend' ? `${instruction}\n\n` : `\n\n${instruction}`));
+      } else if (Array.isArray(content)) {
+        content.unshift({ type: 'text', text: instruction });
+        const comma = content.length > 1 ? ',' : '';
+        inside(`{"type":"text","text":${JSON.stringify(instruction)}}${comma}`);
+      } else if (content === null) {
+        message.content = instruction;
+        inside(JSON.stringify(instruction), 'null'.length);
       }
     }
     const prompt = value.prompt;
@@ -142,7 +175,8 @@ export function expectedRewrite(
       }
     }
   }
-  if (plan.maxTokensFactor !== 1) {
+  // A request that constrains its output keeps its limits.
+  if (plan.maxTokensFactor !== 1 && !constrainsOutput(value)) {
     const sent = (key: string) => typeof value[key] === 'number';
     const minTokens = typeof value.min_tokens === 'number' ? value.min_tokens + 0 : 0;
     // Every limit sent is scaled, on either endpoint.
@@ -157,28 +191,17 @@ export function expectedRewrite(
       value[key] = limit;
       at(span!.start, String(limit), span!.end - span!.start);
     }
-    // Then max_tokens is set where vLLM would fall back to a larger limit of its own.
-    let limit: number | undefined;
-    if (plan.endpoint === 'chat') {
-      if (!sent('max_tokens') && !sent('max_completion_tokens')) {
-        limit = expectedLimit(undefined, plan, minTokens);
-      }
-    } else if (value.max_tokens === null) {
-      limit = expectedLimit(undefined, plan, minTokens);
-    } else if (!Object.hasOwn(value, 'max_tokens')) {
-      const scaled = expectedLimit(COMPLETION_DEFAULT, plan, minTokens);
-      if (scaled !== COMPLETION_DEFAULT) limit = scaled;
-    }
-    if (limit !== undefined) {
-      const span = peeked.maxTokensSpan;
-      if (span !== undefined) {
-        at(span.start, String(limit), span.end - span.start);
-      } else {
+    // Then max_tokens is set only where vLLM's own limit is known and larger: completions
+    // without the key (16). The end of the context (chat without a limit, completions with
+    // null) is never replaced by a limit, which vLLM could refuse for a long prompt.
+    if (plan.endpoint === 'completion' && !Object.hasOwn(value, 'max_tokens')) {
+      const limit = expectedLimit(COMPLETION_DEFAULT, plan, minTokens);
+      if (limit !== COMPLETION_DEFAULT) {
         let last = peeked.objectEnd - 1;
         while (' \t\r\n'.includes(String.fromCharCode(body[last]!))) last--;
         at(last + 1, `${last === peeked.objectStart ? '' : ','}"max_tokens":${limit}`);
+        value.max_tokens = limit;
       }
-      value.max_tokens = limit;
     }
   }
   edits.sort((x, y) => x.from - y.from);
@@ -199,10 +222,14 @@ export function expectSpliced(body: Buffer, out: Buffer, edits: readonly Expecte
   edits.forEach((e, k) => {
     const next = k + 1 < edits.length ? edits[k + 1]!.from : body.length;
     let placed = -1;
-    for (let p = e.from; p <= e.to && placed < 0; p++) {
+    // The edit starts at or before the first byte where body and output part: no later offset
+    // can have the untouched bytes before it line up.
+    let common = 0;
+    while (a + common < body.length && body[a + common] === out[o + common]) common++;
+    const to = Math.min(e.to, a + common);
+    for (let p = e.from; p <= to && placed < 0; p++) {
       const shifted = o + (p - a);
       if (
-        same(a, p, o) &&
         out.subarray(shifted, shifted + e.bytes.length).equals(e.bytes) &&
         // the rest up to the next edit must line up too, or this offset is not the one
         same(p + e.removes, Math.max(p + e.removes, next), shifted + e.bytes.length)

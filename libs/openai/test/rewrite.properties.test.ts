@@ -5,7 +5,14 @@ import { describe, expect, it } from 'vitest';
 import { peekRequest, rewriteRequest } from '../src/index.js';
 import type { RewritePlan } from '../src/index.js';
 import { Members, RawNumber, serialize, style } from './arbitraries.js';
-import { expectedRewrite, expectSpliced, vllmLimit } from './rewrite-helpers.js';
+import {
+  constrainsOutput,
+  expectedRewrite,
+  expectSpliced,
+  GUIDED_KEYS,
+  instructionTarget,
+  vllmLimit,
+} from './rewrite-helpers.js';
 
 // serialize() writes a Members anywhere in a value, which its own Value type does not spell out.
 type Value = JsonValue | RawNumber | Members | Value[];
@@ -33,7 +40,7 @@ const text = fc.oneof(
 const json = fc.jsonValue({ maxDepth: 3 });
 /** A key that is none of the fields Sluice reads (those are generated on purpose). */
 const junkKey = fc
-  .oneof(fc.string({ maxLength: 12 }), fc.constantFrom('role', 'content', '__proto__', 'n'))
+  .oneof(fc.string({ maxLength: 12 }), fc.constantFrom('role', 'content', '__proto__', 'type'))
   .filter(
     (k) =>
       ![
@@ -45,6 +52,10 @@ const junkKey = fc
         'echo',
         'messages',
         'prompt',
+        'n', // validated by the peek
+        'tool_choice',
+        'response_format',
+        ...GUIDED_KEYS,
       ].includes(k),
   );
 
@@ -56,15 +67,20 @@ const messageObject = (role: fc.Arbitrary<string>) =>
       content: fc.oneof(
         { weight: 5, arbitrary: text },
         // multimodal content parts: nested objects in the first element, a text part (with or
-        // without its type) or another
-        fc.array(
-          fc.record(
-            { type: fc.constantFrom('text', 'text', 'image_url'), text },
-            { requiredKeys: ['text'] },
+        // without its type) or another, an empty array
+        {
+          weight: 2,
+          arbitrary: fc.array(
+            fc.record(
+              { type: fc.constantFrom('text', 'text', 'image_url'), text },
+              { requiredKeys: ['text'] },
+            ),
+            { maxLength: 3 },
           ),
-          { maxLength: 3 },
-        ),
+        },
         fc.constant(null),
+        // a content the instruction cannot join (vLLM refuses most of these)
+        fc.oneof(fc.integer(), fc.dictionary(junkKey, json, { maxKeys: 2 }), fc.constant(false)),
       ),
       extra: fc.array(fc.tuple(junkKey, json), { maxLength: 2 }),
       // an earlier duplicate of role or content that the last one overrides
@@ -73,12 +89,13 @@ const messageObject = (role: fc.Arbitrary<string>) =>
         { weight: 1, arbitrary: fc.tuple(fc.constantFrom('role', 'content'), json) },
       ),
       order: fc.nat(),
-      // now and then a message without a role
+      // now and then a message without a role, or without content
       dropRole: fc.nat(9).map((k) => k === 0),
+      dropContent: fc.nat(9).map((k) => k === 0),
     })
-    .map(({ role: r, content, extra, shadow, order, dropRole }) => {
+    .map(({ role: r, content, extra, shadow, order, dropRole, dropContent }) => {
       const entries: Entry[] = [...extra];
-      entries.splice(order % (entries.length + 1), 0, ['content', content]);
+      if (!dropContent) entries.splice(order % (entries.length + 1), 0, ['content', content]);
       if (!dropRole) entries.splice((order >> 3) % (entries.length + 1), 0, ['role', r]);
       if (shadow !== undefined) entries.unshift(shadow);
       return members(entries) as Value;
@@ -87,7 +104,9 @@ const messageObject = (role: fc.Arbitrary<string>) =>
 const messages = fc
   .record({
     systemFirst: fc.boolean(),
-    first: messageObject(fc.constantFrom('system', 'system', 'user', 'developer', 'System')),
+    first: messageObject(
+      fc.constantFrom('system', 'system', 'user', 'developer', 'System', 'assistant'),
+    ),
     rest: fc.array(messageObject(fc.constantFrom('user', 'assistant', 'system', 'tool')), {
       maxLength: 4,
     }),
@@ -116,6 +135,44 @@ const minTokens = fc.oneof(
   fc.constant(null),
   fc.constantFrom('5e2', '100.0', '-0').map((t) => new RawNumber(t) as Value),
 );
+
+/** tool_choice: free ("auto", "none", null) or forcing a tool call ("required", a named tool). */
+const toolChoice = fc.oneof(
+  fc.constantFrom('auto', 'none', 'required', null).map((v) => v as Value),
+  fc.record({ type: fc.constant('function'), function: fc.record({ name: text }) }),
+  json,
+);
+
+/** response_format: text, or JSON of some kind, or anything. */
+const responseFormat = fc.oneof(
+  { weight: 2, arbitrary: fc.constant({ type: 'text' } as Value) },
+  fc.constantFrom('json_object', 'json_schema', 'structural_tag').map((type) => ({ type })),
+  fc.constant(null),
+  json,
+  // the type hidden behind duplicates: the last one counts
+  fc.tuple(fc.constantFrom('text', 'json_object'), fc.constantFrom('text', 'json_object')).map(
+    ([a, b]) =>
+      members([
+        ['type', a],
+        ['x', 1],
+        ['type', b],
+      ]) as Value,
+  ),
+);
+
+/** vLLM's guided decoding: one of its keys, with a value or null (as if absent). */
+const guided = fc.tuple(
+  fc.constantFrom(...GUIDED_KEYS),
+  fc.oneof(
+    fc.constant(null),
+    json,
+    text.map((t) => t as Value),
+  ),
+);
+
+/** A value one time in four, else undefined (no such member). */
+const sometimes = <T>(arbitrary: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
+  fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary });
 
 /** echo: a boolean, null, or another value vLLM's lax bool reads (as true or false). */
 const echo = fc.oneof(
@@ -147,6 +204,9 @@ const request = fc
     minTokens: fc.option(minTokens, { nil: undefined }),
     echo: fc.option(echo, { nil: undefined }),
     stream: fc.option(fc.oneof(fc.boolean(), fc.constant(null)), { nil: undefined }),
+    toolChoice: sometimes(toolChoice),
+    responseFormat: sometimes(responseFormat),
+    guided: sometimes(guided),
     junk: fc.array(fc.tuple(junkKey, json), { maxLength: 3 }),
     shadows: fc.array(
       fc.tuple(
@@ -157,12 +217,15 @@ const request = fc
           'max_completion_tokens',
           'min_tokens',
           'echo',
+          'tool_choice',
+          'response_format',
+          'guided_json',
         ),
         json,
       ),
       { maxLength: 2 },
     ),
-    order: fc.array(fc.nat(), { minLength: 8, maxLength: 8 }),
+    order: fc.array(fc.nat(), { minLength: 11, maxLength: 11 }),
   })
   .map((r) => {
     const entries: Entry[] = [...r.junk];
@@ -177,6 +240,9 @@ const request = fc
     add(5, 'stream', r.stream);
     add(6, 'min_tokens', r.minTokens);
     add(7, 'echo', r.echo);
+    add(8, 'tool_choice', r.toolChoice);
+    add(9, 'response_format', r.responseFormat);
+    if (r.guided !== undefined) add(10, r.guided[0], r.guided[1]);
     // Duplicates of a field come before its last occurrence, so the last one counts.
     for (const [key, v] of r.shadows) {
       const last = entries.findIndex(([k]) => k === key);
@@ -196,7 +262,8 @@ const plan: fc.Arbitrary<RewritePlan> = fc.record({
     fc.double({ min: 0, max: 2, noNaN: true }),
   ),
   minMaxTokens: fc.integer({ min: 1, max: 300 }),
-  defaultMaxTokens: fc.integer({ min: 1, max: 8192 }),
+  // no longer read: given or not, it changes nothing
+  defaultMaxTokens: fc.option(fc.integer({ min: 1, max: 8192 }), { nil: undefined }),
 });
 
 function check(body: Buffer, p: RewritePlan): Buffer {
@@ -216,34 +283,53 @@ function check(body: Buffer, p: RewritePlan): Buffer {
 describe('rewriteRequest agrees with JSON.parse + object edits', () => {
   it('on random request bodies and plans: value, and untouched bytes', () => {
     let changed = 0;
-    let joined = 0;
+    const into = { system: 0, user: 0 };
     fc.assert(
       fc.property(request, style, plan, (req, s, p) => {
         const body = Buffer.from(serialize(req, s), 'utf8');
         const out = check(body, p);
         if (out !== body) changed++;
-        if (p.endpoint === 'chat' && p.instruction && out.length > body.length) {
-          const v = JSON.parse(body.toString()) as { messages?: unknown };
-          const w = JSON.parse(out.toString()) as { messages?: unknown };
-          if (
-            Array.isArray(v.messages) &&
-            Array.isArray(w.messages) &&
-            v.messages.length === w.messages.length
-          ) {
-            joined++;
-          }
+        const v = JSON.parse(body.toString()) as { messages?: unknown };
+        if (p.endpoint === 'chat' && p.instruction && Array.isArray(v.messages)) {
+          const target = instructionTarget(v.messages, p.systemPrompt);
+          if (target !== undefined && out.length > body.length)
+            into[target.message.role === 'system' ? 'system' : 'user']++;
         }
       }),
       { numRuns: 3000 },
     );
     // The generator must reach the interesting paths, or the checks prove little.
     expect(changed).toBeGreaterThan(1000);
-    expect(joined).toBeGreaterThan(30);
+    expect(into.system).toBeGreaterThan(30);
+    expect(into.user).toBeGreaterThan(30);
   });
 
-  it("never raises the limit vLLM applies, nor lowers it below the request's min_tokens", () => {
+  it('never adds, drops or reorders a message: every role stays as the client sent it', () => {
+    // Chat templates that refuse a system role (Gemma's "System role not supported") or a
+    // second one (vLLM's tool_chat_template_mistral3.jinja) see the roles they were sent.
+    fc.assert(
+      fc.property(request, style, plan, (req, s, p) => {
+        const body = Buffer.from(serialize(req, s), 'utf8');
+        const out = rewriteRequest(body, peekRequest(body), { ...p, endpoint: 'chat' });
+        const roles = (raw: Buffer) => {
+          const { messages } = JSON.parse(raw.toString('utf8')) as { messages?: unknown };
+          return Array.isArray(messages)
+            ? messages.map((m: unknown) =>
+                m !== null && typeof m === 'object' ? (m as { role?: unknown }).role : typeof m,
+              )
+            : messages;
+        };
+        expect(roles(out)).toStrictEqual(roles(body));
+      }),
+      { numRuns: 1000 },
+    );
+  });
+
+  it('never raises or adds the limit vLLM applies, nor lowers it below min_tokens', () => {
     let floored = 0;
     let completionDefault = 0;
+    let constrained = 0;
+    let scaled = 0;
     fc.assert(
       fc.property(request, style, plan, (req, s, p) => {
         const body = Buffer.from(serialize(req, s), 'utf8');
@@ -253,6 +339,17 @@ describe('rewriteRequest agrees with JSON.parse + object edits', () => {
         const was = vllmLimit(before, p.endpoint);
         const now = vllmLimit(after, p.endpoint);
         expect(now).toBeLessThanOrEqual(was);
+        // vLLM refuses prompt + max_tokens > max_model_len, which is not known here: a request
+        // left to the end of the context window is never given a limit.
+        if (was === Infinity) expect(now).toBe(Infinity);
+        // A grammar-constrained answer cut short is invalid: such requests keep every limit.
+        if (constrainsOutput(before)) {
+          constrained++;
+          for (const key of ['max_tokens', 'max_completion_tokens'])
+            expect(after[key]).toStrictEqual(before[key]);
+        } else if (now < was) {
+          scaled++;
+        }
         const minTokens = typeof before.min_tokens === 'number' ? before.min_tokens + 0 : 0;
         if (minTokens <= was) {
           // A request vLLM accepts stays one it accepts: SamplingParams refuses min > max.
@@ -271,6 +368,8 @@ describe('rewriteRequest agrees with JSON.parse + object edits', () => {
     // The generator must reach the floor and the completions default, or this proves little.
     expect(floored).toBeGreaterThan(30);
     expect(completionDefault).toBeGreaterThan(100);
+    expect(constrained).toBeGreaterThan(300);
+    expect(scaled).toBeGreaterThan(300);
   });
 
   it('whatever the alignment of the bytes in their buffer (long strings, word scanning)', () => {

@@ -18,46 +18,35 @@ const tired: Partial<RewritePlan> = { instruction: 'Answer concisely.', maxToken
 describe('rewriteRequest: members of the top-level object', () => {
   it('adds max_tokens to an object with no members (a peek the caller built)', () => {
     const body = Buffer.from(' {  \n } ');
+    // A real peek's fields, with the spans of this body.
     const peeked: PeekedRequest = {
-      model: 'm',
-      stream: undefined,
-      maxTokens: undefined,
-      maxCompletionTokens: undefined,
-      minTokens: undefined,
-      echo: undefined,
-      messages: undefined,
-      prompt: undefined,
-      tools: undefined,
-      documents: undefined,
+      ...peekRequest(Buffer.from('{"model":"m"}')),
       modelSpan: { start: 2, end: 2 },
-      streamSpan: undefined,
-      maxTokensSpan: undefined,
-      maxCompletionTokensSpan: undefined,
       objectStart: 1,
       objectEnd: 6,
     };
-    const out = rewriteRequest(body, peeked, { ...basePlan, maxTokensFactor: 0.5 });
-    expect(out.toString()).toBe(' {"max_tokens":500  \n } ');
+    const out = rewriteRequest(body, peeked, {
+      ...basePlan,
+      endpoint: 'completion',
+      maxTokensFactor: 0.5,
+      minMaxTokens: 1,
+    });
+    expect(out.toString()).toBe(' {"max_tokens":8  \n } ');
   });
 
   it('adds max_tokens after the only member, keeping the whitespace before }', () => {
-    expect(rewrite('{"model":"m"}', { maxTokensFactor: 0.5 })).toBe(
-      '{"model":"m","max_tokens":500}',
-    );
-    expect(rewrite('\n{\n  "model": "m"\n}\n', { maxTokensFactor: 0.5 })).toBe(
-      '\n{\n  "model": "m","max_tokens":500\n}\n',
+    const plan = { endpoint: 'completion' as const, maxTokensFactor: 0.5, minMaxTokens: 1 };
+    expect(rewrite('{"model":"m"}', plan)).toBe('{"model":"m","max_tokens":8}');
+    expect(rewrite('\n{\n  "model": "m"\n}\n', plan)).toBe(
+      '\n{\n  "model": "m","max_tokens":8\n}\n',
     );
   });
 
-  it('chat with only messages: a system message, and max_tokens at the end', () => {
-    expect(rewrite('{"model":"m","messages":[]}', tired)).toBe(
-      '{"model":"m","messages":[{"role":"system","content":"Answer concisely."}],' +
-        '"max_tokens":700}',
-    );
-    expect(rewrite('{"messages":[ ],"model":"m"}', tired)).toBe(
-      '{"messages":[{"role":"system","content":"Answer concisely."} ],"model":"m",' +
-        '"max_tokens":700}',
-    );
+  it('chat with no message to carry the instruction and no limit: nothing changes', () => {
+    for (const text of ['{"model":"m","messages":[]}', '{"messages":[ ],"model":"m"}']) {
+      const body = Buffer.from(text);
+      expect(rewriteRequest(body, peekRequest(body), { ...basePlan, ...tired })).toBe(body);
+    }
   });
 
   it('returns the very same buffer when there is nothing to do', () => {
@@ -92,9 +81,6 @@ describe('rewriteRequest: the system instruction (chat)', () => {
     expect(rewrite(chat('{"role":"system","content":"S"}'), { instruction: 'I' })).toBe(
       chat('{"role":"system","content":"I\\n\\nS"}'),
     );
-    expect(rewrite(chat('{"role":"user","content":"U"}'), { instruction: 'I' })).toBe(
-      chat('{"role":"system","content":"I"},{"role":"user","content":"U"}'),
-    );
     const parts =
       '{"role":"system","content":[{"type":"text","text":"S"},{"type":"text","text":"T"}]}';
     expect(rewrite(chat(parts), { instruction: 'I' })).toBe(
@@ -115,20 +101,61 @@ describe('rewriteRequest: the system instruction (chat)', () => {
     );
   });
 
-  it("'append' prepends when the first message is not a system message", () => {
+  // Gemma-1/2 chat templates raise "System role not supported" on any system message, which
+  // vLLM answers 400 (a jinja2 TemplateError): a request without a system message must not get
+  // one. The instruction goes in front of the first user message's text instead.
+  it('without a system message first, prefixes the first user message: never a new message', () => {
+    for (const systemPrompt of ['prepend', 'append'] as const) {
+      const plan = { instruction: 'I', systemPrompt };
+      expect(rewrite(chat('{"role":"user","content":"U"}'), plan)).toBe(
+        chat('{"role":"user","content":"I\\n\\nU"}'),
+      );
+      // the first message is not a user message: the first user message after it
+      expect(rewrite(chat('{"role":"developer","content":"S"}'), plan)).toBe(
+        `{"model":"m","messages":[{"role":"developer","content":"S"},{"role":"user","content":"I\\n\\nhi"}]}`,
+      );
+      expect(rewrite(chat('{"content":"S"}'), plan)).toBe(
+        `{"model":"m","messages":[{"content":"S"},{"role":"user","content":"I\\n\\nhi"}]}`,
+      );
+      expect(rewrite(chat('"junk"'), plan)).toBe(
+        `{"model":"m","messages":["junk",{"role":"user","content":"I\\n\\nhi"}]}`,
+      );
+      // only the first user message, and a system message after it is not a leading one
+      const later =
+        '{"model":"m","messages":[{"role":"assistant","content":"A"},{"role":"user","content":"U"},' +
+        '{"role":"system","content":"S"},{"role":"user","content":"V"}]}';
+      expect(rewrite(later, plan)).toBe(later.replace('"U"', '"I\\n\\nU"'));
+    }
+  });
+
+  it("prefixes a user message's parts: its leading text part, or a new text part first", () => {
     const plan = { instruction: 'I', systemPrompt: 'append' as const };
-    expect(rewrite(chat('{"role":"user","content":"S"}'), plan)).toBe(
-      chat('{"role":"system","content":"I"},{"role":"user","content":"S"}'),
-    );
-    expect(rewrite(chat('{"role":"developer","content":"S"}'), plan)).toBe(
-      chat('{"role":"system","content":"I"},{"role":"developer","content":"S"}'),
-    );
-    expect(rewrite(chat('{"content":"S"}'), plan)).toBe(
-      chat('{"role":"system","content":"I"},{"content":"S"}'),
-    );
-    expect(rewrite('{"model":"m","messages":[]}', plan)).toBe(
-      '{"model":"m","messages":[{"role":"system","content":"I"}]}',
-    );
+    const user = (content: string) =>
+      `{"model":"m","messages":[{"role":"user","content":${content}}]}`;
+    const text = '[{"type":"text","text":"U"},{"type":"image_url","image_url":{"url":"u"}}]';
+    expect(rewrite(user(text), plan)).toBe(user(text.replace('"U"', '"I\\n\\nU"')));
+    const image = '[{"type":"image_url","image_url":{"url":"u"}},{"type":"text","text":"U"}]';
+    expect(rewrite(user(image), plan)).toBe(user(`[{"type":"text","text":"I"},${image.slice(1)}`));
+    expect(rewrite(user('[ ]'), plan)).toBe(user('[{"type":"text","text":"I"} ]'));
+    expect(rewrite(user('null'), plan)).toBe(user('"I"'));
+  });
+
+  it('leaves messages alone when no message can take the instruction', () => {
+    for (const messages of [
+      '[]',
+      '[{"role":"assistant","content":"A"}]',
+      '[{"role":"user"}]', // no content
+      '[{"role":"user","content":5}]',
+      '[{"role":"user","content":{"text":"U"}}]',
+      '[{"role":"system"},{"role":"user","content":"U"}]', // a system message first, no content
+      '[{"role":"System","content":"S"},{"role":"tool","content":"T"}]',
+    ]) {
+      const body = Buffer.from(`{"model":"m","messages":${messages}}`);
+      for (const systemPrompt of ['prepend', 'append'] as const)
+        expect(
+          rewriteRequest(body, peekRequest(body), { ...basePlan, instruction: 'I', systemPrompt }),
+        ).toBe(body);
+    }
   });
 
   it("joins the first part of a system message's content when it is a text part", () => {
@@ -143,17 +170,24 @@ describe('rewriteRequest: the system instruction (chat)', () => {
     expect(rewrite(chat(untyped), plan)).toBe(chat(untyped.replace('"S"', '"S\\n\\nI"')));
   });
 
-  it('puts a new system message first when the leading one has no text to join', () => {
+  it('gives a leading system message without text to join a text part first, or its content', () => {
     for (const systemPrompt of ['prepend', 'append'] as const) {
       const plan = { instruction: 'I', systemPrompt };
-      for (const first of [
-        '{"role":"system","content":null}',
-        '{"role":"system","content":[]}',
-        '{"role":"system","content":[{"type":"image_url","image_url":{"url":"u"},"text":"S"}]}',
-        '{"role":"system","content":[{"type":"text","text":null}]}',
-        '{"role":"system","content":["S"]}',
-      ])
-        expect(rewrite(chat(first), plan)).toBe(chat(`{"role":"system","content":"I"},${first}`));
+      const part = '{"type":"text","text":"I"}';
+      for (const [first, expected] of [
+        ['{"role":"system","content":null}', '{"role":"system","content":"I"}'],
+        ['{"role":"system","content":[]}', `{"role":"system","content":[${part}]}`],
+        [
+          '{"role":"system","content":[{"type":"image_url","image_url":{"url":"u"},"text":"S"}]}',
+          `{"role":"system","content":[${part},{"type":"image_url","image_url":{"url":"u"},"text":"S"}]}`,
+        ],
+        [
+          '{"role":"system","content":[{"type":"text","text":null}]}',
+          `{"role":"system","content":[${part},{"type":"text","text":null}]}`,
+        ],
+        ['{"role":"system","content":["S"]}', `{"role":"system","content":[${part},"S"]}`],
+      ] as const)
+        expect(rewrite(chat(first), plan)).toBe(chat(expected));
     }
   });
 
@@ -173,11 +207,14 @@ describe('rewriteRequest: the system instruction (chat)', () => {
     expect(rewrite(chat('{"role":"system","content":"A","content":"B"}'), plan)).toBe(
       chat('{"role":"system","content":"A","content":"B\\n\\nI"}'),
     );
-    // the last content is not a string, or the last role is not system: prepend
-    const nested = '{"role":"system","content":"A","content":[]}';
-    expect(rewrite(chat(nested), plan)).toBe(chat(`{"role":"system","content":"I"},${nested}`));
-    const user = '{"role":"system","content":"A","role":"user"}';
-    expect(rewrite(chat(user), plan)).toBe(chat(`{"role":"system","content":"I"},${user}`));
+    // the last content is an empty array: a text part goes in it, not after "A"
+    expect(rewrite(chat('{"role":"system","content":"A","content":[]}'), plan)).toBe(
+      chat('{"role":"system","content":"A","content":[{"type":"text","text":"I"}]}'),
+    );
+    // the last role is user: the first user message, prefixed in either mode
+    expect(rewrite(chat('{"role":"system","content":"A","r\\u006fle":"\\u0075ser"}'), plan)).toBe(
+      chat('{"role":"system","content":"I\\n\\nA","r\\u006fle":"\\u0075ser"}'),
+    );
   });
 
   it('escapes the instruction as JSON: quotes, backslashes, controls, unicode', () => {
@@ -189,7 +226,10 @@ describe('rewriteRequest: the system instruction (chat)', () => {
         systemPrompt === 'prepend' ? `${instruction}\n\nS` : `S\n\n${instruction}`,
       );
     }
-    expect(rewrite(chat('{}'), { instruction: '"\n' })).toContain('"content":"\\"\\n"}');
+    expect(rewrite(chat('{}'), { instruction: '"\n' })).toContain('"content":"\\"\\n\\n\\nhi"}');
+    expect(rewrite(chat('{"role":"system","content":null}'), { instruction: '"\n' })).toContain(
+      '"content":"\\"\\n"}',
+    );
   });
 
   it('leaves a chat body without messages alone (no array to add to)', () => {
@@ -242,9 +282,9 @@ describe('rewriteRequest: token limits', () => {
     expect(rewrite('{"model":"m","max_tokens":100}', { maxTokensFactor: 1 })).toBe(
       '{"model":"m","max_tokens":100}',
     );
-    expect(rewrite('{"model":"m","messages":[]}', { instruction: 'I' })).toBe(
-      '{"model":"m","messages":[{"role":"system","content":"I"}]}',
-    );
+    expect(
+      rewrite('{"model":"m","messages":[{"role":"user","content":"U"}]}', { instruction: 'I' }),
+    ).toBe('{"model":"m","messages":[{"role":"user","content":"I\\n\\nU"}]}');
   });
 
   it('scales and rounds, in place, whatever the number form', () => {
@@ -280,22 +320,31 @@ describe('rewriteRequest: token limits', () => {
     );
   });
 
-  it('chat: sets max_tokens from the default when the client sent neither', () => {
-    // vLLM's chat would run to the end of the context window: the default is scaled instead.
-    expect(rewrite('{"model":"m"}', { maxTokensFactor: 0.3 })).toBe(
-      '{"model":"m","max_tokens":300}',
+  // vLLM gives a request without a limit the rest of the context window (get_max_tokens,
+  // vllm/entrypoints/utils.py) but refuses prompt + max_tokens > max_model_len with a 400
+  // (_validate_input, vllm/entrypoints/openai/serving_engine.py). Any limit added without
+  // knowing max_model_len could turn a long prompt that fits into a refusal, only under load.
+  it('chat: never sets a limit the client left to the context window', () => {
+    for (const text of [
+      '{"model":"m","messages":[{"role":"user","content":"U"}]}',
+      '{"max_tokens":null,"model":"m"}',
+      '{"model":"m","max_completion_tokens":null}',
+      '{"model":"m","max_tokens":null,"max_completion_tokens":null,"min_tokens":500}',
+    ]) {
+      const body = Buffer.from(text);
+      for (const maxTokensFactor of [0, 0.3, 0.7])
+        expect(
+          rewriteRequest(body, peekRequest(body), {
+            ...basePlan,
+            maxTokensFactor,
+            defaultMaxTokens: 8,
+          }),
+        ).toBe(body);
+    }
+    // the instruction is still added, and nothing else
+    expect(rewrite('{"model":"m","messages":[{"role":"user","content":"U"}]}', tired)).toBe(
+      '{"model":"m","messages":[{"role":"user","content":"Answer concisely.\\n\\nU"}]}',
     );
-    // null counts as not sent: the null is replaced where it stands
-    expect(rewrite('{"max_tokens":null,"model":"m"}', { maxTokensFactor: 0.3 })).toBe(
-      '{"max_tokens":300,"model":"m"}',
-    );
-    expect(rewrite('{"model":"m","max_completion_tokens":null}', { maxTokensFactor: 0.3 })).toBe(
-      '{"model":"m","max_completion_tokens":null,"max_tokens":300}',
-    );
-    // floored, and never above the default
-    expect(
-      rewrite('{"model":"m"}', { maxTokensFactor: 0.001, defaultMaxTokens: 8, minMaxTokens: 16 }),
-    ).toBe('{"model":"m","max_tokens":8}');
   });
 
   it('scales whichever field was sent, and both when both were', () => {
@@ -347,21 +396,19 @@ describe('rewriteRequest: token limits', () => {
     ).toBe('{"model":"m","prompt":"p","max_completion_tokens":300,"max_tokens":5}');
   });
 
-  it('completions with "max_tokens": null: the rest of the context, so the default is scaled', () => {
+  it('completions with "max_tokens": null: the rest of the context, so the null stays', () => {
     const completion = { endpoint: 'completion' as const, defaultMaxTokens: 1024 };
+    const body = Buffer.from('{"model":"m","prompt":"p","max_tokens":null}');
     expect(
-      rewrite('{"model":"m","prompt":"p","max_tokens":null}', {
-        ...completion,
-        maxTokensFactor: 0.3,
-      }),
-    ).toBe('{"model":"m","prompt":"p","max_tokens":307}');
-    // also when an ignored max_completion_tokens was sent beside it
+      rewriteRequest(body, peekRequest(body), { ...basePlan, ...completion, maxTokensFactor: 0.3 }),
+    ).toBe(body);
+    // an ignored max_completion_tokens beside it is scaled as sent; the null stays
     expect(
       rewrite('{"model":"m","max_tokens":null,"max_completion_tokens":100,"prompt":"p"}', {
         ...completion,
         maxTokensFactor: 0.3,
       }),
-    ).toBe('{"model":"m","max_tokens":307,"max_completion_tokens":30,"prompt":"p"}');
+    ).toBe('{"model":"m","max_tokens":null,"max_completion_tokens":30,"prompt":"p"}');
   });
 
   it('rewrites the last of duplicate keys, the one that counts', () => {
@@ -396,9 +443,9 @@ describe('rewriteRequest: min_tokens is a floor (vLLM refuses min_tokens > max_t
     ).toBe('{"model":"m","prompt":"p","max_tokens":400,"min_tokens":400}');
   });
 
-  it('raises the scaled default to min_tokens when the client sent no limit', () => {
+  it("floors vLLM's completions default at min_tokens; adds nothing to chat", () => {
     expect(rewrite(`{"model":"m",${messages},"min_tokens":500}`, lazy)).toBe(
-      `{"model":"m",${messages},"min_tokens":500,"max_tokens":500}`,
+      `{"model":"m",${messages},"min_tokens":500}`,
     );
     // completions without the key: vLLM's 16, floored at min_tokens 10
     expect(
@@ -428,6 +475,111 @@ describe('rewriteRequest: min_tokens is a floor (vLLM refuses min_tokens > max_t
     expect(rewrite('{"model":"m","min_tokens":null,"max_tokens":1000}', lazy)).toBe(
       '{"model":"m","min_tokens":null,"max_tokens":300}',
     );
+  });
+});
+
+// A grammar-constrained answer cut short is no shorter answer but an invalid one: JSON that does
+// not parse, a tool call without its arguments (vLLM's chat serving). Such requests keep their
+// token limits; the instruction is still added.
+describe('rewriteRequest: requests that constrain their output keep their limits', () => {
+  const lazy: Partial<RewritePlan> = { instruction: 'I', maxTokensFactor: 0.3 };
+  const body = (extra: string) =>
+    `{"model":"m","messages":[{"role":"user","content":"U"}],"max_tokens":100,${extra}}`;
+  const instructed = (extra: string) => body(extra).replace('"U"', '"I\\n\\nU"');
+
+  it('tool_choice required or named, response_format json, guided_*, structured_outputs', () => {
+    for (const extra of [
+      '"tool_choice":"required"',
+      '"tool_choice":{"type":"function","function":{"name":"f"}}',
+      '"response_format":{"type":"json_object"}',
+      '"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{}}}',
+      '"response_format":{"type":"structural_tag","format":{}}',
+      '"guided_json":{"type":"object"}',
+      '"guided_regex":"[a-z]+"',
+      '"guided_choice":["yes","no"]',
+      '"guided_grammar":"root ::= \\"a\\""',
+      '"structured_outputs":{"json":{"type":"object"}}',
+      // escaped keys and values are read as JSON.parse reads them
+      '"tool_ch\\u006fice":"re\\u0071uired"',
+      '"response_format":{"t\\u0079pe":"json_\\u006fbject"}',
+    ]) {
+      expect(rewrite(body(extra), lazy)).toBe(instructed(extra));
+      // max_completion_tokens, and vLLM's completions default, alike
+      const completion = `{"model":"m","prompt":"p",${extra}}`;
+      const raw = Buffer.from(completion);
+      expect(
+        rewriteRequest(raw, peekRequest(raw), {
+          ...basePlan,
+          endpoint: 'completion',
+          maxTokensFactor: 0.3,
+          minMaxTokens: 1,
+        }),
+      ).toBe(raw);
+      const both = `{"model":"m","max_completion_tokens":200,${extra},"max_tokens":100}`;
+      expect(rewrite(both, { maxTokensFactor: 0.5 })).toBe(both);
+    }
+  });
+
+  it('scales as before when nothing constrains the output', () => {
+    for (const extra of [
+      '"tool_choice":"auto"',
+      '"tool_choice":"none"',
+      '"tool_choice":null',
+      '"response_format":{"type":"text"}',
+      '"response_format":{"type":"t\\u0065xt"}',
+      '"response_format":null',
+      '"guided_json":null',
+      '"structured_outputs":null',
+      '"tools":[{"type":"function","function":{"name":"f"}}]',
+      '"guided_decoding_backend":"xgrammar"',
+      '"x":{"tool_choice":"required","guided_json":{}}', // nested: not the request's own
+    ]) {
+      expect(rewrite(body(extra), lazy)).toBe(
+        instructed(extra).replace('"max_tokens":100', '"max_tokens":30'),
+      );
+    }
+  });
+
+  it('the last of duplicate keys counts', () => {
+    const free = '"tool_choice":"required","tool_choice":"auto"';
+    expect(rewrite(body(free), lazy)).toBe(
+      instructed(free).replace('"max_tokens":100', '"max_tokens":30'),
+    );
+    const forced = '"response_format":{"type":"text"},"response_format":{"type":"json_object"}';
+    expect(rewrite(body(forced), lazy)).toBe(instructed(forced));
+    // within response_format too
+    const type = '"response_format":{"type":"text","type":"json_object"}';
+    expect(rewrite(body(type), lazy)).toBe(instructed(type));
+  });
+
+  it('finds the key after large values the peek spans (messages, tools, prompt, documents)', () => {
+    const big = 'x'.repeat(70_000);
+    const text = JSON.stringify({
+      model: 'm',
+      messages: [{ role: 'user', content: big }],
+      tools: [{ type: 'function', function: { name: 'f', description: big } }],
+      documents: [{ text: big }],
+      prompt: [big, big],
+      max_tokens: 100,
+      tool_choice: { type: 'function', function: { name: 'f' } },
+    });
+    const raw = Buffer.from(text);
+    const out = rewriteRequest(raw, peekRequest(raw), { ...basePlan, maxTokensFactor: 0.3 });
+    expect(out).toBe(raw);
+    const free = Buffer.from(text.replace(/"tool_choice":\{.*\}\}$/, '"tool_choice":"auto"}'));
+    expect(
+      JSON.parse(
+        rewriteRequest(free, peekRequest(free), { ...basePlan, maxTokensFactor: 0.3 }).toString(),
+      ).max_tokens,
+    ).toBe(30);
+  });
+
+  it('does not need defaultMaxTokens (no longer read)', () => {
+    const { defaultMaxTokens: _unused, ...plan } = basePlan;
+    const raw = Buffer.from('{"model":"m","max_tokens":100}');
+    expect(
+      rewriteRequest(raw, peekRequest(raw), { ...plan, maxTokensFactor: 0.5 }).toString(),
+    ).toBe('{"model":"m","max_tokens":50}');
   });
 });
 
@@ -498,7 +650,7 @@ describe('plannedMaxTokens', () => {
     expect(plannedMaxTokens(20, plan)).toBe(16);
     expect(plannedMaxTokens(10, plan)).toBe(10);
     expect(plannedMaxTokens(0, plan)).toBe(0);
-    expect(plannedMaxTokens(undefined, plan)).toBe(700);
+    expect(plannedMaxTokens(undefined, plan)).toBeUndefined();
     expect(plannedMaxTokens(15, { ...plan, maxTokensFactor: 0.5 })).toBe(15);
     expect(plannedMaxTokens(35, { ...plan, maxTokensFactor: 0.5 })).toBe(18);
     expect(plannedMaxTokens(100, { ...plan, maxTokensFactor: 1 })).toBe(100);
@@ -509,8 +661,7 @@ describe('plannedMaxTokens', () => {
     expect(plannedMaxTokens(1000, plan, 800)).toBe(800);
     expect(plannedMaxTokens(1000, plan, 100)).toBe(700);
     expect(plannedMaxTokens(500, plan, 800)).toBe(500);
-    expect(plannedMaxTokens(undefined, plan, 800)).toBe(800);
-    expect(plannedMaxTokens(undefined, plan, 5000)).toBe(5000);
+    expect(plannedMaxTokens(undefined, plan, 800)).toBeUndefined();
     expect(plannedMaxTokens(VLLM_COMPLETION_MAX_TOKENS, plan)).toBe(16);
     expect(plannedMaxTokens(VLLM_COMPLETION_MAX_TOKENS, { ...plan, minMaxTokens: 1 }, 12)).toBe(12);
   });
@@ -528,6 +679,7 @@ describe('bad input', () => {
       { minMaxTokens: 0 },
       { minMaxTokens: 1.5 },
       { defaultMaxTokens: 0 },
+      { defaultMaxTokens: 1.5 },
       { instruction: 5 as unknown as string },
     ]) {
       expect(() => rewriteRequest(body, peeked, { ...basePlan, ...bad })).toThrow(RangeError);
