@@ -59,11 +59,17 @@ export interface GenerationHandle {
 export class EngineStats {
   constructor(maxModelLen = 131_072) {
     this.requestPromptTokens = new Histogram(oneTwoFiveBuckets(maxModelLen));
+    this.requestPrefillKvComputedTokens = new Histogram(oneTwoFiveBuckets(maxModelLen));
   }
 
   promptTokens = 0;
   /** `vllm:request_prompt_tokens`: each finished request's prompt length. */
   readonly requestPromptTokens: Histogram;
+  /**
+   * `vllm:request_prefill_kv_computed_tokens` (vLLM >= 0.13): each finished request's prompt
+   * tokens less those found in the prefix cache.
+   */
+  readonly requestPrefillKvComputedTokens: Histogram;
   generationTokens = 0;
   readonly finished = { stop: 0, length: 0, abort: 0 };
   readonly ttft = new Histogram(ttftBuckets);
@@ -113,6 +119,9 @@ export class EngineStats {
     // loggers.py: "self.histogram_num_prompt_tokens_request[engine_idx].observe(
     // finished_request.num_prompt_tokens)", in the same loop over finished requests.
     this.requestPromptTokens.observe(seq.promptTokens);
+    // loggers.py (vLLM >= 0.13), in the same loop: the prompt's tokens less its cached ones,
+    // `num_prompt_tokens - max(num_cached_tokens, 0)`.
+    this.requestPrefillKvComputedTokens.observe(seq.promptTokens - Math.max(seq.cachedTokens, 0));
     this.queueTime.observe(scheduled - seq.arrival);
     this.prefillTime.observe(first - scheduled);
     this.inferenceTime.observe(at - scheduled);

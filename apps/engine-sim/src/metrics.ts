@@ -137,6 +137,12 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
         stats.requestPromptTokens,
       );
       w.histogram(
+        'vllm:request_prefill_kv_computed_tokens',
+        'Histogram of new KV tokens computed during prefill (excluding cached tokens).',
+        labels,
+        stats.requestPrefillKvComputedTokens,
+      );
+      w.histogram(
         'vllm:request_decode_time_seconds',
         'Histogram of time spent in DECODE phase for request.',
         labels,
