@@ -24,6 +24,7 @@ import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
 import { cancelPublisher } from './cancels.js';
+import { installCors } from './cors.js';
 import { discoverModels } from './discovery.js';
 import { MODEL_CARDS_REFRESH_MS, ModelCards } from './model-cards.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
@@ -166,6 +167,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
 
   acceptRawJson(app);
   installRequestId(app, now);
+  // Before the key check: a browser's preflight carries no key (GATEWAY_CORS_*).
+  installCors(app, loaded.cors);
   // With tenants, the API port's /metrics (every tenant's series) needs a key, unless
   // GATEWAY_METRICS_PORT serves it elsewhere (then the API port answers it 404).
   const metricsElsewhere = loaded.http.gatewayMetricsPort !== undefined;

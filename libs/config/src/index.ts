@@ -13,6 +13,7 @@ export {
   type Router,
 } from './router.js';
 export type {
+  CorsConfig,
   DegradationConfig,
   DegradationProfile,
   DegradationSignal,

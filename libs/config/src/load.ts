@@ -192,6 +192,12 @@ export function loadConfig(
   return {
     redis: redisConfig(vars),
     http: httpConfig(vars),
+    cors: {
+      allowedOrigins: vars.must('GATEWAY_CORS_ALLOWED_ORIGINS'),
+      allowedMethods: vars.must('GATEWAY_CORS_ALLOWED_METHODS'),
+      allowedHeaders: vars.must('GATEWAY_CORS_ALLOWED_HEADERS'),
+      allowCredentials: vars.must('GATEWAY_CORS_ALLOW_CREDENTIALS') === 'on',
+    },
     pools,
     passthrough,
     ...(tenants === undefined ? {} : { tenants }),

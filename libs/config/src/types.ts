@@ -155,6 +155,22 @@ export type RedisTopology =
 /** The topology plus the prefix of every key and channel. */
 export type RedisConfig = RedisTopology & { prefix: string };
 
+/**
+ * The gateway's CORS (GATEWAY_CORS_*), with vLLM's meaning and defaults: Starlette's
+ * CORSMiddleware, which vLLM's OpenAI server installs with `--allowed-origins`,
+ * `--allowed-methods`, `--allowed-headers` and `--allow-credentials`.
+ */
+export interface CorsConfig {
+  /** `*` (any), or exact origins as browsers send them (`https://app.example`); `[]` for none. */
+  allowedOrigins: '*' | string[];
+  /** `*` (DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT) or upper-case methods. */
+  allowedMethods: '*' | string[];
+  /** `*` (whatever a preflight asks for) or header names, besides the CORS-safelisted ones. */
+  allowedHeaders: '*' | string[];
+  /** `Access-Control-Allow-Credentials: true` on every CORS answer. */
+  allowCredentials: boolean;
+}
+
 export interface SluiceConfig {
   redis: RedisConfig;
   http: {
@@ -164,6 +180,8 @@ export interface SluiceConfig {
     /** GATEWAY_METRICS_PORT: the gateway serves `/metrics` there instead of on `port`. */
     gatewayMetricsPort?: number;
   };
+  /** The gateway's answers to browsers' cross-origin requests. */
+  cors: CorsConfig;
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
   /** Absent: no keys are asked for and every request is the anonymous tenant's. */

@@ -78,6 +78,55 @@ const filePath = matching(/^\S(.*\S)?$/, 'a file path');
 const secret = matching(/^[^\p{Cc}]+$/u, 'text without control characters');
 const id = matching(/^[A-Za-z0-9._-]{1,128}$/, "1 to 128 letters, digits, '.', '_' or '-'");
 
+/** `*`: CORS allows any origin, method or header (vLLM's default for each of the three). */
+export const ANY = '*';
+
+/**
+ * `*` alone, `none` (when `none` is given: an empty list), or a comma-separated list of items
+ * (blanks around the commas allowed), each parsed by `item`, no duplicates once parsed (`key`
+ * says when two are the same). `*` among other items is refused: it would make them moot.
+ */
+function starOrList(
+  item: (raw: string) => string | undefined,
+  allowed: string,
+  {
+    none = false,
+    key = (parsed: string) => parsed,
+  }: { none?: boolean; key?: (parsed: string) => string } = {},
+): Rule<typeof ANY | string[]> {
+  const fromText = (raw: string): typeof ANY | string[] | undefined => {
+    const text = raw.trim();
+    if (text === ANY) return ANY;
+    if (none && text === 'none') return [];
+    const list: string[] = [];
+    const seen = new Set<string>();
+    for (const part of text.split(',').map((p) => p.trim())) {
+      const parsed = part === ANY ? undefined : item(part);
+      if (parsed === undefined || seen.has(key(parsed))) return undefined;
+      seen.add(key(parsed));
+      list.push(parsed);
+    }
+    return list;
+  };
+  return { allowed, fromText, fromValue: (v) => (typeof v === 'string' ? fromText(v) : undefined) };
+}
+
+const httpOrigin = originUrl().fromText;
+/**
+ * One origin as a browser sends it in `Origin` (the ASCII serialisation: `scheme://host[:port]`,
+ * no path). http(s) ones are normalised as browsers write them (lower-case host, no default
+ * port, no trailing slash: `HTTPS://App.example:443/` is `https://app.example`); another scheme
+ * (`chrome-extension://id`, `tauri://localhost`) is kept as written. Compared exactly, as
+ * Starlette's CORSMiddleware does, so `null` (sandboxed and file pages) is not accepted.
+ */
+function corsOrigin(raw: string): string | undefined {
+  if (/^https?:/i.test(raw)) return httpOrigin(raw);
+  return /^[a-z][a-z0-9+.-]*:\/\/[A-Za-z0-9._~%-]+(:\d{1,5})?$/.test(raw) ? raw : undefined;
+}
+const HTTP_METHOD = /^[A-Z]+$/;
+// RFC 9110's token, as a header name.
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
 export const VARIABLES = {
   SLUICE_CONFIG: v(filePath, {
     defaultText: 'unset',
@@ -146,6 +195,48 @@ export const VARIABLES = {
   GATEWAY_METRICS_PORT: v(integer(0, 65535), {
     defaultText: 'unset',
     help: 'the gateway serves /metrics on this port (same HOST) instead of PORT, so only the API port faces clients; must differ from PORT (0 picks a free one)',
+  }),
+  // CORS as vLLM's OpenAI server has it: build_app in vllm/entrypoints/openai/api_server.py
+  // adds Starlette's CORSMiddleware with --allowed-origins, --allow-credentials,
+  // --allowed-methods and --allowed-headers, whose defaults in
+  // vllm/entrypoints/openai/cli_args.py (FrontendArgs) are ["*"], false, ["*"], ["*"].
+  GATEWAY_CORS_ALLOWED_ORIGINS: v(
+    starOrList(
+      corsOrigin,
+      '* (any origin), none, or a comma-separated list of origins (scheme://host[:port], no path) without duplicates, e.g. https://chat.example.com,http://localhost:3000',
+      { none: true },
+    ),
+    {
+      fallback: ANY,
+      // An origin has no credentials, but someone may have written `user:pw@` into one.
+      display: maskedList,
+      help: "origins whose web pages may call the gateway (CORS, vLLM's --allowed-origins); none answers no origin; a preflight needs no API key, the request itself does",
+    },
+  ),
+  GATEWAY_CORS_ALLOWED_METHODS: v(
+    starOrList(
+      (raw) => (HTTP_METHOD.test(raw) ? raw : undefined),
+      '* (DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT) or a comma-separated list of upper-case methods without duplicates, e.g. GET,POST',
+    ),
+    {
+      fallback: ANY,
+      help: "methods a CORS preflight may ask for (vLLM's --allowed-methods)",
+    },
+  ),
+  GATEWAY_CORS_ALLOWED_HEADERS: v(
+    starOrList(
+      (raw) => (HEADER_NAME.test(raw) ? raw : undefined),
+      '* (any) or a comma-separated list of header names without duplicates, e.g. Authorization,X-Sluice-Priority',
+      { key: (name) => name.toLowerCase() },
+    ),
+    {
+      fallback: ANY,
+      help: "request headers a CORS preflight may ask for besides Accept, Accept-Language, Content-Language and Content-Type (vLLM's --allowed-headers); list Authorization where tenants need keys",
+    },
+  ),
+  GATEWAY_CORS_ALLOW_CREDENTIALS: v(oneOf(SWITCH), {
+    fallback: 'off',
+    help: "Access-Control-Allow-Credentials: true on CORS answers (vLLM's --allow-credentials); with origins *, a preflight and a request with a Cookie get the request's own origin back, as Starlette does",
   }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',

@@ -20,6 +20,10 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   PORT: (c) => c.http.port,
   METRICS_PORT: (c) => c.http.metricsPort,
   GATEWAY_METRICS_PORT: (c) => c.http.gatewayMetricsPort,
+  GATEWAY_CORS_ALLOWED_ORIGINS: (c) => c.cors.allowedOrigins,
+  GATEWAY_CORS_ALLOWED_METHODS: (c) => c.cors.allowedMethods,
+  GATEWAY_CORS_ALLOWED_HEADERS: (c) => c.cors.allowedHeaders,
+  GATEWAY_CORS_ALLOW_CREDENTIALS: (c) => c.cors.allowCredentials,
   VLLM_URL: (c) => c.pools[0]?.engines[0]?.url,
   VLLM_MODEL: (c) => c.pools[0]?.models,
   VLLM_API_KEY: (c) => c.pools[0]?.engines[0]?.apiKey,
@@ -99,6 +103,21 @@ export const bad: Record<VariableName, string[]> = {
   PORT: ['-1', '65536', '80.5', 'abc', '0x50', '1e3', ' 80', '80 ', '+-1'],
   METRICS_PORT: ['-1', '65536', '9464.0', 'metrics'],
   GATEWAY_METRICS_PORT: ['-1', '65536', '9465.0', 'metrics'],
+  GATEWAY_CORS_ALLOWED_ORIGINS: [
+    'chat.example.com',
+    'https://chat.example.com/app',
+    'https://chat.example.com?x=1',
+    'https://user:pw@chat.example.com',
+    'null',
+    'https://a.example,*',
+    'https://a.example,,https://b.example',
+    'https://a.example,HTTPS://A.EXAMPLE:443/',
+    '**',
+    'NONE',
+  ],
+  GATEWAY_CORS_ALLOWED_METHODS: ['post', 'GET,POST,GET', 'GET,*', 'GET POST', 'GET;POST'],
+  GATEWAY_CORS_ALLOWED_HEADERS: ['authorization,Authorization', 'x a', 'x-a,*', 'x:y', 'a,'],
+  GATEWAY_CORS_ALLOW_CREDENTIALS: ['true', 'yes', '1'],
   VLLM_URL: [
     'ftp://vllm:8000',
     'vllm:8000',
@@ -232,6 +251,28 @@ export const good: Record<
     ['0080', 80],
   ],
   METRICS_PORT: [['9000', 9000]],
+  GATEWAY_CORS_ALLOWED_ORIGINS: [
+    ['*', '*'],
+    ['none', []],
+    [
+      'HTTPS://Chat.Example.com:443/, http://localhost:3000,tauri://localhost',
+      ['https://chat.example.com', 'http://localhost:3000', 'tauri://localhost'],
+    ],
+  ],
+  GATEWAY_CORS_ALLOWED_METHODS: [
+    ['*', '*'],
+    ['GET, POST', ['GET', 'POST']],
+  ],
+  GATEWAY_CORS_ALLOWED_HEADERS: [
+    ['*', '*'],
+    ['Authorization, x-sluice-priority', ['Authorization', 'x-sluice-priority']],
+  ],
+  GATEWAY_CORS_ALLOW_CREDENTIALS: [
+    ['on', true],
+    ['OFF', false],
+    // Starlette takes credentials with any origin: it echoes the origin where `*` will not do.
+    ['on', true, { GATEWAY_CORS_ALLOWED_ORIGINS: '*' }],
+  ],
   GATEWAY_METRICS_PORT: [
     ['9465', 9465],
     ['0', 0],

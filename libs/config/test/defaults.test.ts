@@ -4,6 +4,8 @@ import { loadConfig, type SluiceConfig } from '../src/index.js';
 const DEFAULTS: SluiceConfig = {
   redis: { kind: 'single', url: 'redis://127.0.0.1:6379', prefix: 'sluice' },
   http: { host: '0.0.0.0', port: 8080, metricsPort: 9464 },
+  // vLLM's defaults: --allowed-origins, --allowed-methods, --allowed-headers ["*"], no credentials.
+  cors: { allowedOrigins: '*', allowedMethods: '*', allowedHeaders: '*', allowCredentials: false },
   pools: [],
   passthrough: [],
   admission: { kvThreshold: 0.9, failMode: 'open' },

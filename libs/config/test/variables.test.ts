@@ -12,6 +12,7 @@ const masked: VariableName[] = [
   'REDIS_CLUSTER_NODES',
   'VLLM_URL',
   'DCGM_URL',
+  'GATEWAY_CORS_ALLOWED_ORIGINS',
 ];
 
 describe('the variable table', () => {
