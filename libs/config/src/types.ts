@@ -12,7 +12,7 @@ export interface EngineConfig {
    * engine's own `max_num_seqs` once a scrape shows it; a cap someone wrote is kept.
    */
   capSource: MaxInflightSource;
-  /** Bearer token the dispatcher sends to this engine. */
+  /** Bearer token gateways (model cards, discovery, tokenizer routes) and dispatchers send to this engine. */
   apiKey?: string;
   /** Which prompts the engine takes: `long` only long ones, `short` only short ones, `any` both. */
   lane: EngineLane;
@@ -80,12 +80,11 @@ export interface DegradationConfig {
   /** Floor of a scaled `max_tokens` (never above what the client asked for). */
   minMaxTokens: number;
   /**
-   * Scaled in place of `max_tokens` when the engine would run to the end of the context: a
-   * chat request without a limit, a completions request with `"max_tokens": null` (one without
-   * the key keeps vLLM's 16, never raised).
+   * No longer used: a request without a limit gets none (an added one could exceed
+   * max_model_len, which vLLM refuses). Still read, so that files setting it load.
    */
   defaultMaxTokens: number;
-  /** Where the instruction joins a leading system message's text: in front (`prepend`) or after it (`append`); a new system message only when there is none. */
+  /** Where the instruction joins a leading system message's text: in front (`prepend`) or after it (`append`); without one, in front of the first user message's text. */
   systemPrompt: SystemPromptMode;
   /** `/v1/completions`: put `<instruction>\n\n` in front of the prompt; false = untouched. */
   completionPrefix: boolean;

@@ -250,7 +250,7 @@ export const VARIABLES = {
   }),
   VLLM_API_KEY: v(shared.apiKey, {
     defaultText: 'unset',
-    help: 'bearer token the dispatcher sends to engines (also for file engines without apiKey)',
+    help: 'bearer token gateways and dispatchers send to engines (also for file engines without apiKey)',
     display: hidden,
   }),
   VLLM_MAX_NUM_SEQS: v(integer(1), {
@@ -303,8 +303,10 @@ export const VARIABLES = {
     help: 'shorter answers under load for the VLLM_URL pool; off also switches off every SLUICE_CONFIG pool',
   }),
   MAX_BODY_BYTES: v(integer(1024), {
-    fallback: 1_048_576,
-    help: 'request body limit (413 above it)',
+    // vLLM sets none; a base64 image of a few MB must fit. Queued bodies live in Redis: a pool
+    // holds at most VLLM_MAX_QUEUE_DEPTH of them.
+    fallback: 8 * 1_048_576,
+    help: 'request body limit (413 above it); queued bodies are kept in Redis, up to VLLM_MAX_QUEUE_DEPTH of this per pool',
   }),
   SLUICE_BODY_KEY_MIN_BYTES: v(integer(0), {
     fallback: 65_536,

@@ -10,7 +10,7 @@ const DEFAULTS: SluiceConfig = {
   passthrough: [],
   admission: { kvThreshold: 0.9, failMode: 'open' },
   limits: {
-    maxBodyBytes: 1_048_576,
+    maxBodyBytes: 8 * 1_048_576,
     bodyKeyMinBytes: 65_536,
     heartbeatSeconds: 15,
     slowClientBytes: 4_194_304,
