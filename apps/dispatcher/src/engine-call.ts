@@ -2,7 +2,12 @@
 // is passed through as bytes: the dispatcher never parses what the engine streams.
 import type { EngineConfig } from '@sluice/config';
 import { markStage } from '@sluice/observability';
-import type { CompletionPath, EndInfo } from '@sluice/protocol';
+import {
+  engineRequestHeaders,
+  type CompletionPath,
+  type EndInfo,
+  type JobPayload,
+} from '@sluice/protocol';
 import { Pool, type Dispatcher } from 'undici';
 import type { Cancellation } from './cancels.js';
 import type { ReplyRelay } from './relay.js';
@@ -47,6 +52,15 @@ function answered(status: number): CallOutcome {
   return status >= 400 ? 'client_error' : 'ok';
 }
 
+/**
+ * What the engine is told of the client's request (JobPayload, validated): sent as the
+ * headers the client would have sent vLLM (`engineRequestHeaders`). A job's payload is one.
+ */
+export type ClientContext = Pick<
+  JobPayload,
+  'requestId' | 'traceparent' | 'tracestate' | 'dataParallelRank'
+>;
+
 /** undici's code for a response head that did not come within `headersTimeout`. */
 const HEADERS_TIMEOUT = 'UND_ERR_HEADERS_TIMEOUT';
 
@@ -88,6 +102,9 @@ export class EngineClient {
    * Dispatched with a handler of its own rather than `request()`: each chunk goes from
    * undici's parser straight to the relay, without a Readable, an async iterator and a promise
    * per chunk on the per-token path.
+   *
+   * `client`: the request id, trace context and data-parallel rank the engine gets as headers
+   * (the job's payload; already validated, so sent as they are).
    */
   call(
     path: CompletionPath,
@@ -95,6 +112,7 @@ export class EngineClient {
     relay: ReplyRelay,
     cancellation: Cancellation,
     watch: ResponseWatch = {},
+    client: ClientContext = {},
   ): Promise<CallOutcome> {
     return new Promise((resolve) => {
       let status = 0;
@@ -145,11 +163,37 @@ export class EngineClient {
         },
       };
       try {
-        this.pool.dispatch({ path, method: 'POST', headers: this.headers, body }, handler);
+        const headers = this.headersFor(client);
+        this.pool.dispatch({ path, method: 'POST', headers, body }, handler);
       } catch (err) {
         fail(err);
       }
     });
+  }
+
+  /**
+   * The call's headers: the engine's own, then the client's (an engine's key never comes from
+   * the client). vLLM reads them as the client sent them: `x-request-id` names the completion
+   * (`chatcmpl-<id>`, vllm/entrypoints/openai/engine/serving.py `_base_request_id`),
+   * `traceparent`/`tracestate` continue the client's trace (vllm/tracing.py
+   * `extract_trace_headers`), `x-data-parallel-rank` picks the rank (`_get_data_parallel_rank`).
+   */
+  private headersFor(client: ClientContext): Readonly<Record<string, string>> {
+    const { requestId, traceparent, tracestate, dataParallelRank } = client;
+    if (
+      requestId === undefined &&
+      traceparent === undefined &&
+      tracestate === undefined &&
+      dataParallelRank === undefined
+    )
+      return this.headers;
+    const headers: Record<string, string> = { ...this.headers };
+    if (requestId !== undefined) headers[engineRequestHeaders.requestId] = requestId;
+    if (traceparent !== undefined) headers[engineRequestHeaders.traceparent] = traceparent;
+    if (tracestate !== undefined) headers[engineRequestHeaders.tracestate] = tracestate;
+    if (dataParallelRank !== undefined)
+      headers[engineRequestHeaders.dataParallelRank] = dataParallelRank;
+    return headers;
   }
 
   /**

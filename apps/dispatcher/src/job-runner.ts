@@ -203,27 +203,34 @@ export class JobRunner {
       const tokens = new OutputTokens(payload.stream);
       markStage('dispatcher.engine-call');
       entry.callStartedAt = now();
-      outcome = await engine.client.call(payload.path, degraded.body, relay, cancellation, {
-        firstByte: (status) => {
-          entry.firstByteAt = now();
-          work.firstByte(entry.firstByteAt, status);
+      outcome = await engine.client.call(
+        payload.path,
+        degraded.body,
+        relay,
+        cancellation,
+        {
+          firstByte: (status) => {
+            entry.firstByteAt = now();
+            work.firstByte(entry.firstByteAt, status);
+          },
+          data: fairShare
+            ? (chunk) => fairShare.output(payload.tenant, tokens.chunk(chunk))
+            : (chunk) => tokens.chunk(chunk),
+          end: () => {
+            const more = tokens.end();
+            if (tokens.ignored)
+              log.warn(
+                { jobId, pool, engine: engine.name, usage: tokens.ignored },
+                'engine usage count is not a token count: ignored',
+              );
+            fairShare?.output(payload.tenant, more);
+            const promptTokens = tokens.reported?.promptTokens;
+            if (promptTokens !== undefined) fairShare?.inputReported(payload, promptTokens);
+            return payload.endCounts === true ? tokens.totals() : undefined;
+          },
         },
-        data: fairShare
-          ? (chunk) => fairShare.output(payload.tenant, tokens.chunk(chunk))
-          : (chunk) => tokens.chunk(chunk),
-        end: () => {
-          const more = tokens.end();
-          if (tokens.ignored)
-            log.warn(
-              { jobId, pool, engine: engine.name, usage: tokens.ignored },
-              'engine usage count is not a token count: ignored',
-            );
-          fairShare?.output(payload.tenant, more);
-          const promptTokens = tokens.reported?.promptTokens;
-          if (promptTokens !== undefined) fairShare?.inputReported(payload, promptTokens);
-          return payload.endCounts === true ? tokens.totals() : undefined;
-        },
-      });
+        payload,
+      );
     } finally {
       cancels.unregister(jobId);
       if (relay) hub.close(relay);

@@ -8,7 +8,7 @@ import { dispatcherMetrics, Registry } from '@sluice/observability';
 import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
 import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
 import { once } from 'node:events';
-import { createServer } from 'node:http';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Cancellation, CancelledError } from '../src/cancels.ts';
@@ -45,8 +45,15 @@ function recordingRelay() {
   return { relay: relay as unknown as ReplyRelay, calls };
 }
 
-function client(url = sim.url, headersTimeoutMs = 10_000): EngineClient {
-  const config: EngineConfig = { name: 'e', url, maxInflight: 4, capSource: 'config', lane: 'any' };
+function client(url = sim.url, headersTimeoutMs = 10_000, apiKey?: string): EngineClient {
+  const config: EngineConfig = {
+    name: 'e',
+    url,
+    maxInflight: 4,
+    capSource: 'config',
+    lane: 'any',
+    ...(apiKey === undefined ? {} : { apiKey }),
+  };
   const c = new EngineClient(config, { headersTimeoutMs, bodyTimeoutMs: 10_000 });
   clients.push(c);
   return c;
@@ -203,6 +210,60 @@ describe('engine call', () => {
       expect(requests).toHaveLength(1);
       expect(await requests[0]!.body).toBe(sent);
       await requests[0]!.closed;
+    } finally {
+      engine.closeAllConnections();
+      engine.close();
+    }
+  });
+
+  it("sends the client's request id, trace context and data-parallel rank as vLLM reads them, beside the engine's key", async () => {
+    // A stand-in engine that answers as vLLM would and keeps the headers of each request.
+    const received: IncomingHttpHeaders[] = [];
+    const engine = createServer((req, res) => {
+      received.push(req.headers);
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+    });
+    engine.listen(0, '127.0.0.1');
+    await once(engine, 'listening');
+    try {
+      const { port } = engine.address() as AddressInfo;
+      const c = client(`http://127.0.0.1:${port}`, 10_000, 'engine-key');
+      const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+      const call = (context?: Parameters<EngineClient['call']>[5]) =>
+        c.call(
+          '/v1/chat/completions',
+          body(false),
+          recordingRelay().relay,
+          new Cancellation(),
+          {},
+          context,
+        );
+      expect(
+        await call({
+          requestId: 'client-req-42',
+          traceparent,
+          tracestate: 'congo=t61rcWkgMzE',
+          dataParallelRank: '1',
+        }),
+      ).toBe('ok');
+      // A job from a gateway of the previous version: none of them, and nothing left over.
+      expect(await call()).toBe('ok');
+      expect(await call({ requestId: 'only-an-id' })).toBe('ok');
+      expect(received).toHaveLength(3);
+      expect(received[0]).toMatchObject({
+        authorization: 'Bearer engine-key',
+        'content-type': 'application/json',
+        'x-request-id': 'client-req-42',
+        traceparent,
+        tracestate: 'congo=t61rcWkgMzE',
+        'x-data-parallel-rank': '1',
+      });
+      const sent = ['x-request-id', 'traceparent', 'tracestate', 'x-data-parallel-rank'];
+      for (const name of sent) expect(received[1]).not.toHaveProperty(name);
+      expect(received[1]).toMatchObject({ authorization: 'Bearer engine-key' });
+      expect(received[2]).toMatchObject({ 'x-request-id': 'only-an-id' });
+      for (const name of sent.slice(1)) expect(received[2]).not.toHaveProperty(name);
     } finally {
       engine.closeAllConnections();
       engine.close();

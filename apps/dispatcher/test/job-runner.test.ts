@@ -18,6 +18,9 @@ import {
   type TestRedis,
 } from '@sluice/test/support';
 import { Queue, Worker, type Job } from 'bullmq';
+import { once } from 'node:events';
+import { createServer, type IncomingHttpHeaders } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
 import { PoolLoad } from '../src/degrade.ts';
@@ -75,9 +78,9 @@ afterAll(async () => {
   await server?.stop();
 });
 
-const engine = () =>
+const engine = (url = sim.url) =>
   createEngineSlot(
-    { name: 'sim', url: sim.url, maxInflight: 4, capSource: 'config', lane: 'any' },
+    { name: 'sim', url, maxInflight: 4, capSource: 'config', lane: 'any' },
     {
       timeouts: { headersTimeoutMs: 10_000, bodyTimeoutMs: 10_000 },
       scrape: { intervalMs: 1000, staleAfterFailures: 3 },
@@ -140,6 +143,10 @@ async function take(
     promptTokens?: number;
     /** The stream ends with the engine's `usage` (`stream_options.include_usage`). */
     includeUsage?: boolean;
+    /** More payload fields, as a gateway writes them. */
+    more?: Partial<JobPayload>;
+    /** Another engine than the simulator. */
+    engineUrl?: string;
   } = {},
 ) {
   const replica = `r${(replicas += 1)}`;
@@ -165,6 +172,7 @@ async function take(
     endCounts: opts.endCounts ?? true,
     ...(opts.tenant === undefined ? {} : { tenant: opts.tenant }),
     ...(opts.promptTokens === undefined ? {} : { promptTokens: opts.promptTokens }),
+    ...opts.more,
   };
   const added = await queue.add('job', payload);
   if (opts.bodyInKey) await command.set(keys.jobBody('p', added.id!), Buffer.from(body));
@@ -176,7 +184,7 @@ async function take(
     if (ch.toString() === channel) frames.push(...messageFrames(message).map(decodeFrame));
   });
   await subscriber.subscribe(channel);
-  const entry = ledger.begin(job, token, engine(), payload, opts.long ?? false);
+  const entry = ledger.begin(job, token, engine(opts.engineUrl), payload, opts.long ?? false);
   return { job, entry, frames, replica };
 }
 
@@ -295,6 +303,45 @@ describe('job runner', () => {
     } finally {
       monitor.disconnect();
       base.disconnect();
+    }
+  });
+
+  it('sends the engine the request id, trace context and data-parallel rank its gateway put in the job', async () => {
+    // The simulator does not keep headers: a stand-in engine that does, answering as vLLM would.
+    const received: IncomingHttpHeaders[] = [];
+    const stand = createServer((req, res) => {
+      received.push(req.headers);
+      req.resume();
+      req.on('end', () =>
+        res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: [DONE]\n\n'),
+      );
+    });
+    stand.listen(0, '127.0.0.1');
+    await once(stand, 'listening');
+    try {
+      const url = `http://127.0.0.1:${(stand.address() as AddressInfo).port}`;
+      const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+      const { job, entry } = await take({
+        engineUrl: url,
+        more: {
+          requestId: 'client-req-42',
+          traceparent,
+          tracestate: 'congo=t61rcWkgMzE',
+          dataParallelRank: '1',
+        },
+      });
+      expect(await runAndRecord(entry)).toBe('ok');
+      expect(received).toHaveLength(1);
+      expect(received[0]).toMatchObject({
+        'x-request-id': 'client-req-42',
+        traceparent,
+        tracestate: 'congo=t61rcWkgMzE',
+        'x-data-parallel-rank': '1',
+      });
+      expect(await queue.getJobState(job.id!)).toBe('completed');
+    } finally {
+      stand.closeAllConnections();
+      stand.close();
     }
   });
 

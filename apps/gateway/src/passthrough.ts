@@ -11,6 +11,8 @@
 // existed: the client's key was meant for the backend); with tenants the client's key is a
 // Sluice key, which no backend may see, so the backend gets none. A pool's engine (the
 // tokenizer routes) gets its own key or none, never the client's, as from the dispatcher.
+// Every target gets the request id and, when well-formed, the client's W3C trace context and
+// `x-data-parallel-rank`, as a gated request's engine does (`forwardedHeaders`).
 //
 // Given several targets (the engines of a pool), a request that no target answered goes to
 // the next one: only before any byte of an answer, and only for idempotent paths (the
@@ -18,9 +20,14 @@
 import { once } from 'node:events';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { sseErrorEnd } from '@sluice/openai';
-import type { RejectReason } from '@sluice/protocol';
+import { engineRequestHeaders, type RejectReason } from '@sluice/protocol';
 import { Agent, request } from 'undici';
-import { REQUEST_ID_HEADER } from './request-id.js';
+import {
+  dataParallelRankOf,
+  REQUEST_ID_HEADER,
+  traceparentOf,
+  tracestateOf,
+} from './request-id.js';
 import { refusal, writeRefusal, type Refusal } from './refuse.js';
 import { SseEvents } from './sse-events.js';
 
@@ -120,6 +127,7 @@ export class Passthrough {
     // Registered before the first await: the drain that starts next must see this request.
     this.running.add(cut);
     res.once('close', () => controller.abort());
+    const sent = forwardedHeaders(headers, res);
     try {
       for (let i = 0; ; i++) {
         const baseUrl = targets[i]!.url;
@@ -133,9 +141,7 @@ export class Passthrough {
             method: 'POST',
             dispatcher: this.agent,
             headers: {
-              'content-type': 'application/json',
-              // The backend sees the id the access log names the request by.
-              [REQUEST_ID_HEADER]: String(res.getHeader(REQUEST_ID_HEADER) ?? ''),
+              ...sent,
               ...(authorization ? { authorization } : {}),
             },
             body,
@@ -178,6 +184,31 @@ export class Passthrough {
   close(): Promise<void> {
     return this.agent.close();
   }
+}
+
+/**
+ * The request headers every target gets: the id the access log names the request by, and what
+ * vLLM reads of the client's own headers (the W3C trace context, `x-data-parallel-rank`) when
+ * well-formed, as a gated request's engine gets them from the dispatcher (request-id.ts).
+ */
+function forwardedHeaders(
+  headers: IncomingHttpHeaders,
+  res: ServerResponse,
+): Record<string, string> {
+  const sent: Record<string, string> = {
+    'content-type': 'application/json',
+    [REQUEST_ID_HEADER]: String(res.getHeader(REQUEST_ID_HEADER) ?? ''),
+  };
+  const traceparent = traceparentOf(headers);
+  if (traceparent !== undefined) {
+    sent[engineRequestHeaders.traceparent] = traceparent;
+    const tracestate = tracestateOf(headers);
+    if (tracestate !== undefined) sent[engineRequestHeaders.tracestate] = tracestate;
+  }
+  const dataParallelRank = dataParallelRankOf(headers);
+  if (dataParallelRank !== undefined)
+    sent[engineRequestHeaders.dataParallelRank] = dataParallelRank;
+  return sent;
 }
 
 /**

@@ -1,17 +1,26 @@
 // x-request-id: the id a client (or its proxy) sent is kept when it is safe to log and to echo,
 // else the gateway makes one. Either way it is Fastify's `request.id` (so every line logged
-// for the request carries it as `reqId`), every answer carries it back, and the access log
-// names the request by it.
+// for the request carries it as `reqId`), every answer carries it back, the access log names
+// the request by it, and the engine gets it (vLLM names the completion after it).
+//
+// Beside it, what else of the client's request vLLM reads from its headers: the W3C trace
+// context (`traceparent`, `tracestate`) and `x-data-parallel-rank`. They are untrusted: each is
+// kept only when well-formed (the rules are @sluice/protocol's, which the dispatcher checks
+// again), else dropped; none is ever a reason to refuse the request.
 import { randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import {
+  engineRequestHeaders,
+  isDataParallelRank,
+  isRequestId,
+  isTraceparent,
+  isTracestate,
+} from '@sluice/protocol';
 import type { FastifyInstance } from 'fastify';
 
-export const REQUEST_ID_HEADER = 'x-request-id';
+export const REQUEST_ID_HEADER = engineRequestHeaders.requestId;
 
-/** Longest id kept: a UUID, a ULID or a W3C trace id fit with room to spare. */
-export const MAX_REQUEST_ID_LENGTH = 128;
-
-// Letters, digits and `.`, `_`, `-`, `:`: nothing a log reader or a header could misread.
-const SAFE_ID = new RegExp(`^[A-Za-z0-9._:-]{1,${MAX_REQUEST_ID_LENGTH}}$`);
+export { MAX_REQUEST_ID_LENGTH } from '@sluice/protocol';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -22,7 +31,30 @@ declare module 'fastify' {
 
 /** The request's id: the header's value when it is one, else a new UUID. */
 export function requestId(header: string | string[] | undefined): string {
-  return typeof header === 'string' && SAFE_ID.test(header) ? header : randomUUID();
+  return isRequestId(header) ? header : randomUUID();
+}
+
+/**
+ * The client's trace context and data-parallel rank as the engine is to get them: each header
+ * when well-formed, else undefined. Two `traceparent` headers arrive joined (", ") and so are
+ * dropped, as W3C asks; a `tracestate` goes only with a `traceparent` (W3C: without one it
+ * must not be used).
+ */
+export function traceparentOf(headers: IncomingHttpHeaders): string | undefined {
+  const value = headers[engineRequestHeaders.traceparent];
+  return isTraceparent(value) ? value : undefined;
+}
+
+/** The client's `tracestate` when well-formed; call it only when `traceparentOf` gave one. */
+export function tracestateOf(headers: IncomingHttpHeaders): string | undefined {
+  const value = headers[engineRequestHeaders.tracestate];
+  return isTracestate(value) ? value : undefined;
+}
+
+/** The client's `x-data-parallel-rank` when it is a non-negative integer. */
+export function dataParallelRankOf(headers: IncomingHttpHeaders): string | undefined {
+  const value = headers[engineRequestHeaders.dataParallelRank];
+  return isDataParallelRank(value) ? value : undefined;
 }
 
 /**

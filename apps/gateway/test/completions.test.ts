@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import { connect } from 'node:net';
 import { loadConfig, type SluiceConfig } from '@sluice/config';
 import { gatewayMetrics, Registry } from '@sluice/observability';
-import { keySpace, type JobPayload, type QueueLevel } from '@sluice/protocol';
+import { keySpace, validateJobPayload, type JobPayload, type QueueLevel } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import {
   eventually,
@@ -26,7 +26,7 @@ import type { Passthrough } from '../src/passthrough.ts';
 import { PoolQueue } from '../src/pool-queue.ts';
 import { refusalBody, refusalHeaders } from '../src/refuse.ts';
 import { ReplyRouter } from '../src/replies.ts';
-import { installRequestId } from '../src/request-id.ts';
+import { installRequestId, REQUEST_ID_HEADER, requestId } from '../src/request-id.ts';
 import { Routing } from '../src/routing.ts';
 import { acceptRawJson, completionRoutes } from '../src/routes/completions.ts';
 
@@ -77,7 +77,11 @@ beforeEach(async () => {
     ended.push(end);
     whenEnded?.();
   };
-  app = Fastify({ logger: { level: 'warn', stream: log.stream } });
+  app = Fastify({
+    logger: { level: 'warn', stream: log.stream },
+    // As main.ts: the client's x-request-id when safe, else a UUID.
+    genReqId: (req) => requestId(req.headers[REQUEST_ID_HEADER]),
+  });
   acceptRawJson(app);
   installRequestId(app, Date.now);
   installAuth(app, undefined, (reply) => reply);
@@ -182,6 +186,75 @@ describe('completion route', () => {
     });
     expect(added.map(([p]) => p.promptTokens)).toEqual([10_000, 2]);
     expect(added.map(([, level]) => level)).toEqual(['long', 'short']);
+  });
+
+  it("puts the request id and the client's trace context and data-parallel rank in the job, dropping malformed ones", async () => {
+    const worker = new Worker(queue.queue.name, null, {
+      connection: bull,
+      prefix: keys.prefix,
+      autorun: false,
+    });
+    /** The job a request with `headers` becomes, as a dispatcher reads it back; then answered. */
+    const jobOf = async (headers: Record<string, string>) => {
+      const answer = fetch(`http://127.0.0.1:${port()}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
+      const job = await eventually(
+        () => worker.getNextJob('dispatcher', { block: false }),
+        'the job',
+      );
+      const payload = validateJobPayload(job.data);
+      const held = replies.held.get(job.id!)!;
+      const jobId = job.id!;
+      held.onFrame({ type: 'start', jobId, seq: 0, info: { engine: 'e', loadState: 'normal' } });
+      held.onFrame({
+        type: 'head',
+        jobId,
+        seq: 1,
+        info: { status: 200, contentType: 'text/event-stream' },
+      });
+      held.onFrame({ type: 'end', jobId, seq: 2 });
+      const res = await answer;
+      expect(res.status).toBe(200);
+      await res.text();
+      return { payload, id: res.headers.get('x-request-id') };
+    };
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    try {
+      const carried = await jobOf({
+        'x-request-id': 'client-req-42',
+        traceparent,
+        tracestate: 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE',
+        'x-data-parallel-rank': '3',
+      });
+      expect(carried.payload).toMatchObject({
+        requestId: 'client-req-42',
+        traceparent,
+        tracestate: 'rojo=00f067aa0ba902b7,congo=t61rcWkgMzE',
+        dataParallelRank: '3',
+      });
+      expect(carried.id).toBe('client-req-42');
+      // Malformed: dropped, the request served all the same; the id is the one it answers with.
+      const dropped = await jobOf({
+        'x-request-id': 'not a safe id',
+        traceparent: traceparent.toUpperCase(),
+        tracestate: 'congo=t61rcWkgMzE',
+        'x-data-parallel-rank': '-1',
+      });
+      expect(dropped.payload.requestId).toMatch(/^[0-9a-f-]{36}$/);
+      expect(dropped.payload.requestId).toBe(dropped.id);
+      expect(dropped.payload).not.toHaveProperty('traceparent');
+      expect(dropped.payload).not.toHaveProperty('tracestate');
+      expect(dropped.payload).not.toHaveProperty('dataParallelRank');
+      // A tracestate without a well-formed traceparent is not used (W3C); a lone rank is.
+      const rankOnly = await jobOf({ tracestate: 'congo=1', 'x-data-parallel-rank': '0' });
+      expect(rankOnly.payload).not.toHaveProperty('tracestate');
+      expect(rankOnly.payload.dataParallelRank).toBe('0');
+    } finally {
+      await worker.close();
+    }
   });
 
   it('queues nothing for a client that left while the route awaited the leader check', async () => {

@@ -80,6 +80,27 @@ describe('pass-through', () => {
     expect(await answered).toEqual({ status: 418 });
   });
 
+  it("sends the client's trace context and data-parallel rank on when well-formed, drops them when not", async () => {
+    backendAnswer = 200;
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const send = async (headers: Record<string, string>) => {
+      const res = await fetch(`${edgeUrl}/`, { method: 'POST', headers, body: '{}' });
+      await res.text();
+      expect(await answered).toEqual({ status: 200 });
+      return received.at(-1)!;
+    };
+    expect(
+      await send({ traceparent, tracestate: 'congo=t61rcWkgMzE', 'x-data-parallel-rank': '2' }),
+    ).toMatchObject({ traceparent, tracestate: 'congo=t61rcWkgMzE', 'x-data-parallel-rank': '2' });
+    const dropped = await send({
+      traceparent: `ff${traceparent.slice(2)}`,
+      tracestate: 'congo=t61rcWkgMzE',
+      'x-data-parallel-rank': 'two',
+    });
+    for (const name of ['traceparent', 'tracestate', 'x-data-parallel-rank'])
+      expect(dropped).not.toHaveProperty(name);
+  });
+
   it('reports 499 cancelled for a client that leaves mid-answer', async () => {
     backendAnswer = 'hang';
     const controller = new AbortController();

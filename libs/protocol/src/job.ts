@@ -56,6 +56,101 @@ export interface JobPayload {
    * dispatchers can be updated in either order.
    */
   endCounts?: boolean;
+  /**
+   * What the engine is to be told of the client's request, sent as request headers on the
+   * engine call (`engineRequestHeaders`), as the client would have sent them to vLLM itself.
+   * A dispatcher of the previous version ignores them (the payload stays version 1).
+   * `requestId`: the gateway's request id (the `x-request-id` it answers with).
+   */
+  requestId?: string;
+  /** The client's W3C `traceparent`, when well-formed (`isTraceparent`). */
+  traceparent?: string;
+  /** The client's W3C `tracestate`, when well-formed (`isTracestate`) and beside a `traceparent`. */
+  tracestate?: string;
+  /** The client's `x-data-parallel-rank`, decimal digits as the header had them (`isDataParallelRank`). */
+  dataParallelRank?: string;
+}
+
+/**
+ * The request headers a job's engine call carries from the client, by payload field. vLLM reads
+ * each (checked in vllm/entrypoints/openai/engine/serving.py, `serving_engine.py` in older
+ * releases): `x-request-id` in `_base_request_id` (the completion's id becomes
+ * `chatcmpl-<id>` / `cmpl-<id>`); `traceparent` and `tracestate` in `_get_trace_headers`
+ * (vllm/tracing.py `extract_trace_headers` / `contains_trace_headers`, W3C trace context for
+ * OpenTelemetry); `x-data-parallel-rank` in `_get_data_parallel_rank` (the data-parallel rank
+ * the request runs on, range-checked in vllm/v1/engine/input_processor.py).
+ */
+export const engineRequestHeaders = {
+  requestId: 'x-request-id',
+  traceparent: 'traceparent',
+  tracestate: 'tracestate',
+  dataParallelRank: 'x-data-parallel-rank',
+} as const;
+
+/** Longest request id kept: a UUID, a ULID or a W3C trace id fit with room to spare. */
+export const MAX_REQUEST_ID_LENGTH = 128;
+// Letters, digits and `.`, `_`, `-`, `:`: nothing a log reader or a header could misread.
+const REQUEST_ID = new RegExp(`^[A-Za-z0-9._:-]{1,${MAX_REQUEST_ID_LENGTH}}$`);
+
+/** A request id Sluice keeps, logs, echoes and sends on. */
+export function isRequestId(value: unknown): value is string {
+  return typeof value === 'string' && REQUEST_ID.test(value);
+}
+
+/** Longest `traceparent` taken: version 00 is 55 characters; a later version may add fields. */
+export const MAX_TRACEPARENT_LENGTH = 256;
+// W3C Trace Context (https://www.w3.org/TR/trace-context/#traceparent-header):
+// version-traceid-parentid-flags in lowercase hex, version ff invalid, an all-zero trace or
+// parent id invalid; a version after 00 may go on after a `-`. What OpenTelemetry's propagator
+// (vLLM's) accepts, but no blanks around it.
+const TRACEPARENT =
+  /^(?!ff)[0-9a-f]{2}-(?!0{32}-)[0-9a-f]{32}-(?!0{16}-)[0-9a-f]{16}-[0-9a-f]{2}(?:-[\x21-\x7e]*)?$/;
+
+/** A well-formed W3C `traceparent`. */
+export function isTraceparent(value: unknown): value is string {
+  return (
+    typeof value === 'string' &&
+    value.length <= MAX_TRACEPARENT_LENGTH &&
+    TRACEPARENT.test(value) &&
+    // Version 00 has exactly four fields.
+    (value.length === 55 || !value.startsWith('00'))
+  );
+}
+
+/**
+ * Longest `tracestate` taken: the 512 characters W3C asks every vendor to pass on; a longer one
+ * is dropped whole (W3C lets a vendor discard it), not cut.
+ */
+export const MAX_TRACESTATE_LENGTH = 512;
+// https://www.w3.org/TR/trace-context/#tracestate-header: up to 32 comma-separated members
+// (an empty one allowed), each key=value; a key lowercase (`tenant@system` for multi-tenant
+// vendors), a value up to 256 printable characters without `,` and `=`, not ending in a blank.
+// Written so that each run of blanks has one place to go: no backtracking blow-up.
+const TRACESTATE_KEY =
+  '(?:[a-z][a-z0-9_*/-]{0,255}|[a-z0-9][a-z0-9_*/-]{0,240}@[a-z][a-z0-9_*/-]{0,13})';
+const TRACESTATE_VALUE =
+  '[\\x20-\\x2b\\x2d-\\x3c\\x3e-\\x7e]{0,255}[\\x21-\\x2b\\x2d-\\x3c\\x3e-\\x7e]';
+const TRACESTATE_MEMBER = `(?:${TRACESTATE_KEY}=${TRACESTATE_VALUE}[ \\t]*)?`;
+const TRACESTATE = new RegExp(
+  `^[ \\t]*${TRACESTATE_MEMBER}(?:,[ \\t]*${TRACESTATE_MEMBER}){0,31}$`,
+);
+
+/** A well-formed, non-empty W3C `tracestate` of at most `MAX_TRACESTATE_LENGTH` characters. */
+export function isTracestate(value: unknown): value is string {
+  return (
+    typeof value === 'string' &&
+    value.length > 0 &&
+    value.length <= MAX_TRACESTATE_LENGTH &&
+    TRACESTATE.test(value)
+  );
+}
+
+// A non-negative integer in decimal digits (vLLM reads it with Python's int()), nine at most.
+const DATA_PARALLEL_RANK = /^[0-9]{1,9}$/;
+
+/** A data-parallel rank as `x-data-parallel-rank` carries it: a non-negative integer. */
+export function isDataParallelRank(value: unknown): value is string {
+  return typeof value === 'string' && DATA_PARALLEL_RANK.test(value);
 }
 
 /**
@@ -129,6 +224,21 @@ export function validateJobPayload(value: unknown): JobPayload {
     fail('optOut', 'a boolean', p['optOut']);
   if (p['endCounts'] !== undefined && typeof p['endCounts'] !== 'boolean')
     fail('endCounts', 'a boolean', p['endCounts']);
+  // Sent as header values: anything else could not be sent, or would say something else.
+  if (p['requestId'] !== undefined && !isRequestId(p['requestId']))
+    fail('requestId', `1 to ${MAX_REQUEST_ID_LENGTH} of A-Z a-z 0-9 . _ - :`, p['requestId']);
+  if (p['traceparent'] !== undefined && !isTraceparent(p['traceparent']))
+    fail('traceparent', 'a W3C traceparent', p['traceparent']);
+  if (p['tracestate'] !== undefined && !isTracestate(p['tracestate']))
+    fail(
+      'tracestate',
+      `a W3C tracestate of at most ${MAX_TRACESTATE_LENGTH} characters`,
+      p['tracestate'],
+    );
+  if (p['tracestate'] !== undefined && p['traceparent'] === undefined)
+    fail('tracestate', 'absent without a traceparent', p['tracestate']);
+  if (p['dataParallelRank'] !== undefined && !isDataParallelRank(p['dataParallelRank']))
+    fail('dataParallelRank', 'a string of 1 to 9 decimal digits', p['dataParallelRank']);
   return p as unknown as JobPayload;
 }
 

@@ -23,6 +23,7 @@ import type { Passthrough, PassthroughTarget } from '../passthrough.js';
 import { newJobId } from '../job-id.js';
 import type { AddRefusal, PoolQueue, QueuedTenant } from '../pool-queue.js';
 import { refusal, type Refusal } from '../refuse.js';
+import { dataParallelRankOf, traceparentOf, tracestateOf } from '../request-id.js';
 import type { ReplyRouter } from '../replies.js';
 import type { Routing } from '../routing.js';
 
@@ -258,6 +259,8 @@ export async function completionRoutes(
         stream,
         replica: replicaId,
         endCounts: true,
+        // The engine names the completion after it, as it would the client's own x-request-id.
+        requestId: request.id,
         enqueuedAt: now(),
         deadline: now() + route.pool.maxParkSeconds * 1000,
         priority: priorityOf(
@@ -266,6 +269,15 @@ export async function completionRoutes(
         ),
       };
       if (request.tenant) payload.tenant = request.tenant.name;
+      // What else vLLM reads of the client's headers, when well-formed (request-id.ts).
+      const traceparent = traceparentOf(request.headers);
+      if (traceparent !== undefined) {
+        payload.traceparent = traceparent;
+        const tracestate = tracestateOf(request.headers);
+        if (tracestate !== undefined) payload.tracestate = tracestate;
+      }
+      const dataParallelRank = dataParallelRankOf(request.headers);
+      if (dataParallelRank !== undefined) payload.dataParallelRank = dataParallelRank;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
       if (peeked.sequences > 1) payload.sequences = peeked.sequences;
