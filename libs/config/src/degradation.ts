@@ -59,10 +59,15 @@ export function copyDegradation(config: DegradationConfig): DegradationConfig {
   };
 }
 
-/** The built-in defaults for an environment: the GPU joins the signal when one is read. */
-export function builtInDegradation(gpuSource: GpuSource): DegradationConfig {
-  const config = copyDegradation(defaultDegradation);
-  return gpuSource === 'none' ? config : { ...config, signal: ['kv', 'gpu'] };
+/**
+ * The built-in defaults. The GPU is never in the default signal, with a GPU source or not: its
+ * utilization is the share of time any kernel ran (NVML's nvmlUtilization_t.gpu, nvidia-smi's
+ * utilization.gpu and DCGM_FI_DEV_GPU_UTIL alike), which vLLM decoding a single sequence keeps
+ * near 100 %, so it would put the pool in its last state under trivial load. A pool that wants
+ * it names it (`signal: [kv, gpu]`).
+ */
+export function builtInDegradation(_gpuSource: GpuSource): DegradationConfig {
+  return copyDegradation(defaultDegradation);
 }
 
 /** A resolved block and where its relation-bearing fields were written (absent = built in). */

@@ -334,6 +334,15 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
     const model = check.required(entry, 'model', path, shared.modelName);
     claimModel(model, `${path}.model`);
     const url = check.required(entry, 'url', path, shared.engineUrl);
+    // vLLM answers every name it serves (--served-model-name a b, LoRA adapters) on the same
+    // origin: a pass-through to a pool's engine would reach it outside its cap.
+    const engineAt = urlAt.get(url);
+    if (engineAt !== undefined)
+      throw check.invalid(
+        `${path}.url`,
+        url,
+        `a backend that is not a pool's engine (it is ${engineAt}: its requests would bypass that engine's cap; list the model in that pool's models instead)`,
+      );
     const apiKey = check.optional(entry, 'apiKey', path, shared.apiKey);
     return { model, url, ...(apiKey === undefined ? {} : { apiKey }) };
   });

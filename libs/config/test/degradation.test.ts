@@ -85,13 +85,13 @@ describe('the VLLM_URL pool and SLUICE_DEGRADATION', () => {
     expect(Object.isFrozen(pool?.degradation.profiles[1])).toBe(false);
   });
 
-  it('adds the GPU to the signal when a GPU source is configured', () => {
+  it('leaves the GPU out of the default signal even with a GPU source (kernel time, not load)', () => {
     for (const source of ['nvml', 'mock', 'nvidia-smi'])
-      expect(single({ GPU_SOURCE: source }).pools[0]?.degradation.signal).toEqual(['kv', 'gpu']);
+      expect(single({ GPU_SOURCE: source }).pools[0]?.degradation.signal).toEqual(['kv']);
     expect(
       single({ GPU_SOURCE: 'dcgm', DCGM_URL: 'http://d:9400/metrics' }).pools[0]?.degradation
         .signal,
-    ).toEqual(['kv', 'gpu']);
+    ).toEqual(['kv']);
   });
 
   it('is switched off by SLUICE_DEGRADATION=off and on by on (the default)', () => {
@@ -121,10 +121,7 @@ describe('the VLLM_URL pool and SLUICE_DEGRADATION', () => {
 describe('SLUICE_CONFIG: degradation blocks', () => {
   it('gives every pool the defaults when the file says nothing', () => {
     expect(loadFile(file()).pools[0]?.degradation).toStrictEqual({ ...defaultDegradation });
-    expect(loadFile(file(), { GPU_SOURCE: 'mock' }).pools[0]?.degradation.signal).toEqual([
-      'kv',
-      'gpu',
-    ]);
+    expect(loadFile(file(), { GPU_SOURCE: 'mock' }).pools[0]?.degradation.signal).toEqual(['kv']);
   });
 
   it("reads the brief's example: top-level defaults for all pools, a pool switched off", () => {
@@ -470,8 +467,8 @@ describe('the shipped example (examples/degradation.yaml)', () => {
     expect(reasoning?.degradation).toStrictEqual({ ...defaultDegradation, enabled: false });
   });
 
-  it('reads the GPU too where a GPU source is configured', () => {
-    expect(load({ GPU_SOURCE: 'mock' }).pools[0]?.degradation.signal).toEqual(['kv', 'gpu']);
+  it('reads the KV cache only, a GPU source configured or not', () => {
+    expect(load({ GPU_SOURCE: 'mock' }).pools[0]?.degradation.signal).toEqual(['kv']);
   });
 });
 

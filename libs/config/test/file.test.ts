@@ -334,6 +334,20 @@ pools:
     );
   });
 
+  it("refuses a pass-through backend that is a pool's engine: it would bypass the cap", () => {
+    // vLLM answers every name it serves (--served-model-name a b, LoRA adapters).
+    const error = fileError(`
+pools:
+  - {name: a, models: [x], engines: [{url: "http://vllm:8000"}]}
+passthrough:
+  - {model: y, url: "http://VLLM:8000/"}
+`);
+    expect(error.variable).toBe('passthrough[0].url');
+    expect(error.message).toContain(
+      "expected a backend that is not a pool's engine (it is pools[0].engines[0]: its requests would bypass that engine's cap",
+    );
+  });
+
   it('refuses two pools with one name', () => {
     const error = fileError(`
 pools:
