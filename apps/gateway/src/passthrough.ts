@@ -49,6 +49,20 @@ const hopByHop = new Set([
   REQUEST_ID_HEADER,
 ]);
 
+/**
+ * The gateway's CORS policy (cors.ts, set on the raw response) answers for it, not the
+ * backend's: vLLM allows every origin by default, and `writeHead`'s headers would win.
+ */
+function isCorsHeader(name: string): boolean {
+  return name.startsWith('access-control-');
+}
+
+/** The backend's `Vary` after the one the gateway set (cors.ts: `Origin`), not in its place. */
+function withOwnVary(res: ServerResponse, value: string | string[]): string | string[] {
+  const own = res.getHeader('vary');
+  return own === undefined ? value : [String(own), ...(Array.isArray(value) ? value : [value])];
+}
+
 /** Where a pass-through request goes: the backend's origin and its own key, if any. */
 export interface PassthroughTarget {
   readonly url: string;
@@ -149,7 +163,8 @@ export class Passthrough {
           });
           const out: Record<string, string | string[]> = {};
           for (const [name, value] of Object.entries(upstream.headers))
-            if (value !== undefined && !hopByHop.has(name)) out[name] = value;
+            if (value !== undefined && !hopByHop.has(name) && !isCorsHeader(name))
+              out[name] = name === 'vary' ? withOwnVary(res, value) : value;
           if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream'))
             events = new SseEvents(MAX_HELD_EVENT_BYTES);
           res.writeHead(upstream.statusCode, out);

@@ -41,11 +41,18 @@ beforeAll(async () => {
     res.writeHead(backendAnswer, {
       'content-type': 'application/json',
       [REQUEST_ID_HEADER]: 'backend-own-id',
+      // vLLM's own CORS answer (every origin by default): the gateway's policy answers instead.
+      'access-control-allow-origin': '*',
+      'access-control-allow-credentials': 'true',
+      vary: 'Accept-Encoding',
     });
     res.end('{"ok":true}');
   });
   edge = createServer((req, res: ServerResponse) => {
     res.setHeader(REQUEST_ID_HEADER, 'edge-id-1');
+    // As the gateway's CORS hook leaves it for a listed origin.
+    res.setHeader('access-control-allow-origin', 'https://app.example');
+    res.setHeader('vary', 'Origin');
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -75,6 +82,10 @@ describe('pass-through', () => {
     const res = await fetch(`${edgeUrl}/`, { method: 'POST', body: '{}' });
     expect(res.status).toBe(418);
     expect(res.headers.get(REQUEST_ID_HEADER)).toBe('edge-id-1');
+    // The gateway's CORS headers, not the backend's; both Vary values.
+    expect(res.headers.get('access-control-allow-origin')).toBe('https://app.example');
+    expect(res.headers.get('access-control-allow-credentials')).toBeNull();
+    expect(res.headers.get('vary')).toBe('Origin, Accept-Encoding');
     expect(await res.text()).toBe('{"ok":true}');
     expect(received.at(-1)![REQUEST_ID_HEADER]).toBe('edge-id-1');
     expect(await answered).toEqual({ status: 418 });
