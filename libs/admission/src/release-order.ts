@@ -7,7 +7,7 @@
 // One predicate, `releaseVerdict`, answers both questions (for a prompt just taken and for
 // each held one), so a prompt promoted because it may go is released when it comes back,
 // never held again for a reason the promotion did not see.
-import type { GatePolicy } from './gate.js';
+import { headroom, type GatePolicy } from './gate.js';
 import {
   isAged,
   pickEngineFor,
@@ -101,7 +101,9 @@ export function releaseVerdict(prompt: QueuedPrompt, ctx: OrderContext): Verdict
   if (prompt.long && held.some((h) => h.long && comesBefore(h, prompt)))
     return { go: false, reason: 'long_ahead' };
   if (!prompt.long && shortsHeld(prompt.priority, ctx)) return { go: false, reason: 'aged_long' };
-  if (!prompt.long && wideHeldAhead(prompt, ctx)) return { go: false, reason: 'aged_wide' };
+  // An aged long prompt goes first: it and an aged wide one never wait for each other.
+  if (!(prompt.long && isAged(prompt.enqueuedAt, policy, now)) && wideHeldAhead(prompt, ctx))
+    return { go: false, reason: 'aged_wide' };
   return { go: true, engine: pick.index };
 }
 
@@ -144,20 +146,26 @@ export function shortsHeld(priority: number, ctx: OrderContext): boolean {
 }
 
 /**
- * Whether the short `prompt` must wait for a wide prompt held ahead of it in release order: the
- * first such one (several sequences, same or higher class) is past its aging limit, could fit
- * some engine at all, and either may go now or waits only for room that `prompt` would take.
- * Without this a prompt of `n` = 8 under steady one-slot traffic would wait for eight free
- * slots at once, which every freed slot taken at once by the next request never leaves. Long
- * prompts do not wait for it (they are held to their share of slots anyway), so an aged long
- * prompt and an aged wide one never wait for each other: the wide one waits for the long one.
+ * Whether `prompt` (short, or long and not aged) must wait for a wide prompt held ahead of it
+ * in release order: the first such one (several sequences, same or higher class) is past its
+ * aging limit, would fit some engine once this dispatcher's own requests there ended, and
+ * either may go now or waits only for room that `prompt` would take. Without this a prompt of
+ * `n` = 8 under steady traffic would wait for eight free slots at once, which every freed slot
+ * taken at once by the next request never leaves; newer long prompts wait too, or a steady
+ * stream of them would keep their share of the slots for ever. An aged long prompt does not
+ * wait for it, and it waits for an aged long prompt, so the two never wait for each other.
+ * Where traffic that bypassed Sluice leaves too little room even with nothing of Sluice's
+ * running, holding the others would not make room: nobody waits for it.
  */
 function wideHeldAhead(prompt: QueuedPrompt, ctx: OrderContext): boolean {
   const { engines, held, policy, gate, now } = ctx;
   const first = held.find((h) => h !== prompt && (h.sequences ?? 1) > 1 && comesBefore(h, prompt));
   if (first === undefined || !isAged(first.enqueuedAt, policy, now)) return false;
   const sequences = first.sequences ?? 1;
-  if (!engines.some((e) => sequences <= e.cap)) return false;
+  const lane = first.long ? 'short' : 'long';
+  const couldFit = (e: PrefillView) =>
+    e.lane !== lane && sequences <= headroom({ ...e, inflight: 0 }, gate, now);
+  if (!engines.some(couldFit)) return false;
   // A short wide prompt that itself waits for an aged long one holds nobody: the long one
   // goes first (two prompts each waiting for the other would wait forever).
   if (!first.long && shortsHeld(first.priority, ctx)) return false;

@@ -132,8 +132,9 @@ function agedLongWantsRoom(w: World, p: LongPromptPolicy, q: QueuedPrompt): bool
 }
 
 /**
- * Whether the first wide prompt (several sequences) held ahead of the short `q` is past its
- * aging limit and could use room `q` would take: it may go now, or only room holds it.
+ * Whether the first wide prompt (several sequences) held ahead of `q` (short, or long and not
+ * aged) is past its aging limit and could use room `q` would take: it may go now, or only room
+ * holds it.
  */
 function agedWideWantsRoom(w: World, p: LongPromptPolicy, q: QueuedPrompt): boolean {
   const first = w.held.find((h) => h !== q && (h.sequences ?? 1) > 1 && comesBefore(h, q));
@@ -156,7 +157,9 @@ function drain(w: World, p: LongPromptPolicy): Released[] {
     // The same object moves from held to running, so the checks can follow it by identity.
     const passed = w.held.filter((h) => comesBefore(h, next));
     const agedLongWantedRoom = !next.long && agedLongWantsRoom(w, p, next);
-    const agedWideWantedRoom = !next.long && agedWideWantsRoom(w, p, next);
+    const agedWideWantedRoom =
+      !(next.long && w.now - next.enqueuedAt >= p.agingSeconds * 1000) &&
+      agedWideWantsRoom(w, p, next);
     const r = Object.assign(next, {
       engine: verdict.engine,
       inPrefill: next.long,
@@ -321,7 +324,82 @@ describe('release order (properties)', () => {
     );
   });
 
-  it('once the oldest wide prompt is past its aging limit and waits for room, no short prompt behind it takes that room', () => {
+  it('a wide prompt of the whole cap goes within its park limit under steady long and short traffic', () => {
+    // cap 4, long prompts' share 2: a long prompt every 10 s running 15 s, a short one every
+    // second running 1.5 s, and at 5 s a request of n = 4. Before the rule for newer long
+    // prompts, they kept two slots for ever and the wide one expired at its park limit.
+    const p: LongPromptPolicy = {
+      thresholdTokens: THRESHOLD,
+      maxShare: 0.5,
+      maxInPrefill: 1,
+      agingSeconds: 60,
+      kvFit: false,
+    };
+    const w = newWorld(1);
+    const start = w.now;
+    const ends = new Map<QueuedPrompt, number>();
+    const wide: QueuedPrompt = {
+      long: false,
+      promptTokens: 100,
+      priority: 0,
+      enqueuedAt: 0,
+      sequences: 4,
+    };
+    let releasedAt: number | undefined;
+    for (let step = 0; step <= 1200 && releasedAt === undefined; step += 1) {
+      w.now = start + step * 100;
+      w.running = w.running.filter((r) => ends.get(r)! > w.now);
+      const arrive = (q: QueuedPrompt, ms: number) => {
+        ends.set(q, ms);
+        hold(w, q);
+      };
+      if (step === 50) arrive(Object.assign(wide, { enqueuedAt: w.now }), 2000);
+      if (step % 100 === 0)
+        arrive({ long: true, promptTokens: 20_000, priority: 0, enqueuedAt: w.now }, 15_000);
+      if (step % 10 === 5)
+        arrive({ long: false, promptTokens: 100, priority: 0, enqueuedAt: w.now }, 1500);
+      for (const r of drain(w, p)) {
+        ends.set(r, w.now + ends.get(r)!);
+        if (r === wide) releasedAt = w.now;
+      }
+      for (const r of w.running) r.inPrefill = false;
+      recount(w);
+      for (const e of w.engines) expect(e.inflight).toBeLessThanOrEqual(e.cap);
+    }
+    expect(releasedAt).toBeDefined();
+    // Aged at 65 s; released once the long prompts that started before then have ended.
+    expect(releasedAt! - start).toBeLessThan(120_000);
+  });
+
+  it('holds nobody for a wide prompt that traffic outside Sluice leaves no room for', () => {
+    const p: LongPromptPolicy = {
+      thresholdTokens: THRESHOLD,
+      maxShare: 0.5,
+      maxInPrefill: 1,
+      agingSeconds: 0,
+      kvFit: false,
+    };
+    const w = newWorld(1);
+    const wide: QueuedPrompt = {
+      long: false,
+      promptTokens: 10,
+      priority: 0,
+      enqueuedAt: 0,
+      sequences: 4,
+    };
+    const short: QueuedPrompt = { long: false, promptTokens: 10, priority: 0, enqueuedAt: 1 };
+    hold(w, wide);
+    // One request that bypassed Sluice: four slots never come free for the wide one.
+    w.engines[0]!.gauges = { ...w.engines[0]!.gauges!, running: 1 };
+    expect(releaseVerdict(wide, ctx(w, p))).toEqual({ go: false, reason: 'gate' });
+    expect(releaseVerdict(short, ctx(w, p))).toEqual({ go: true, engine: 0 });
+    // Once it is gone, the short one waits for the wide one, which may go.
+    w.engines[0]!.gauges = { ...w.engines[0]!.gauges!, running: 0 };
+    expect(releaseVerdict(short, ctx(w, p))).toEqual({ go: false, reason: 'aged_wide' });
+    expect(releaseVerdict(wide, ctx(w, p))).toEqual({ go: true, engine: 0 });
+  });
+
+  it('once the oldest wide prompt is past its aging limit and waits for room, nothing behind it but an aged long prompt takes that room', () => {
     let wentFirst = 0;
     fc.assert(
       fc.property(agingScenario, ({ events, policy: p, engines }) => {

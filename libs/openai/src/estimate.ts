@@ -13,8 +13,10 @@ import type { ByteSpan, PeekedRequest } from './types.js';
 const CHARS_PER_TOKEN = 4;
 
 /**
- * What one image, audio or video item in `messages` counts, in characters: 1,024 tokens. Its
- * bytes (base64 in a `data:` URL, or `input_audio.data`) are not prompt text: a vision model
+ * What one image, audio or video item in `messages` counts, in characters: 1,024 tokens: the
+ * value of a `url` key that is a `data:` URL (`image_url.url`, `video_url.url`,
+ * `audio_url.url`), or of a `data` key (`input_audio.data`), when longer than this. Its
+ * bytes (base64) are not prompt text: a vision model
  * turns an image into a few hundred to a few thousand tokens whatever the size of its file
  * (its processor's patches), so counted by characters a 300 KB photo read as 100,000 tokens
  * and went to the long-prompt lane.
@@ -89,9 +91,9 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
   if (n > b.length) n = b.length;
   const table = STRING_BYTE;
   let total = 0;
-  // The string just read was the key `data` (`input_audio.data`): a string value right after it
-  // is a media item.
-  let dataKey = false;
+  // The key whose value comes next, when it may hold a media item: `url` (`image_url.url`,
+  // `video_url.url`, `audio_url.url`: a `data:` URL is one) or `data` (`input_audio.data`).
+  let mediaKey = NO_MEDIA_KEY;
   while (i < n) {
     const c = b[i]!;
     if (c === 0x22 /* " */) {
@@ -138,17 +140,20 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
       if (i < n && b[i] === 0x3a /* : */) {
         i++;
         if (counting === ALL_STRINGS) total += chars;
-        else if (counting === VALUES) dataKey = chars === 4 && isData(b, start);
+        else if (counting === VALUES) mediaKey = mediaKeyAt(b, start, chars);
       } else if (counting === TOKEN_IDS) {
         total += Math.ceil(chars / CHARS_PER_TOKEN);
-      } else if (counting === VALUES && chars > MEDIA_CHARS && (dataKey || isDataUrl(b, start))) {
-        // An image, audio or video item (an `image_url`/`video_url` `data:` URL, or
-        // `input_audio.data`): a fixed cost, not its bytes.
+      } else if (
+        counting === VALUES &&
+        chars > MEDIA_CHARS &&
+        (mediaKey === DATA_KEY || (mediaKey === URL_KEY && isDataUrl(b, start)))
+      ) {
+        // An image, audio or video item: a fixed cost, not its bytes.
         total += MEDIA_CHARS;
-        dataKey = false;
+        mediaKey = NO_MEDIA_KEY;
       } else {
         total += chars;
-        dataKey = false;
+        mediaKey = NO_MEDIA_KEY;
       }
     } else if (
       counting === TOKEN_IDS &&
@@ -174,14 +179,25 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
       }
     } else {
       // Anything but whitespace between a key and its value: the value is not a string.
-      if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) dataKey = false;
+      if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) mediaKey = NO_MEDIA_KEY;
       i++;
     }
   }
   return total;
 }
 
-/** Whether the string starting at `i` is `data` (a key). */
+const NO_MEDIA_KEY = 0;
+const URL_KEY = 1;
+const DATA_KEY = 2;
+
+/** Which media-bearing key the key of `chars` characters starting at `i` is, if any. */
+function mediaKeyAt(b: Uint8Array, i: number, chars: number): number {
+  if (chars === 3 && b[i] === 0x75 && b[i + 1] === 0x72 && b[i + 2] === 0x6c) return URL_KEY; // url
+  if (chars === 4 && isData(b, i) && b[i + 4] === 0x22) return DATA_KEY;
+  return NO_MEDIA_KEY;
+}
+
+/** Whether the bytes at `i` are `data`. */
 function isData(b: Uint8Array, i: number): boolean {
   return b[i] === 0x64 && b[i + 1] === 0x61 && b[i + 2] === 0x74 && b[i + 3] === 0x61; // data
 }

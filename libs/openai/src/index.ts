@@ -1,4 +1,4 @@
-export { peekRequest } from './peek.js';
+export { engineRequests, peekRequest } from './peek.js';
 export { estimatePromptTokens } from './estimate.js';
 export { RequestPeekError } from './errors.js';
 export type { RequestPeekErrorCode } from './errors.js';

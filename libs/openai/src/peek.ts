@@ -177,6 +177,18 @@ function promptsIn(b: Uint8Array, s: number, e: number): number {
 }
 
 /**
+ * Engine requests vLLM makes of a request to `endpoint`: `n` (default 1) times, on
+ * `/v1/completions`, the prompts of a batch. vLLM V1 schedules each as a request of its own,
+ * counted in `vllm:num_requests_running` (vllm/v1/engine/async_llm.py `add_request`: "Fan out
+ * child requests (for n>1)"). The chat endpoint has no `prompt`: a stray one is ignored, as
+ * vLLM ignores it.
+ */
+export function engineRequests(peeked: PeekedRequest, endpoint: 'chat' | 'completion'): number {
+  const prompts = endpoint === 'completion' ? peeked.prompts : 1;
+  return Math.min((peeked.n ?? 1) * prompts, Number.MAX_SAFE_INTEGER);
+}
+
+/**
  * Validates the whole body as JSON in one forward pass over its bytes, without building it,
  * and returns the top-level fields Sluice needs. Throws RequestPeekError for anything else,
  * invalid UTF-8 included.
@@ -401,7 +413,7 @@ function peek(b: Uint8Array): PeekedRequest {
     minTokens,
     echo,
     n: choices,
-    sequences: Math.min((choices ?? 1) * prompts, Number.MAX_SAFE_INTEGER),
+    prompts,
     messages: span(messagesStart, messagesEnd),
     prompt: span(promptStart, promptEnd),
     tools: span(toolsStart, toolsEnd),

@@ -33,11 +33,10 @@ export interface PeekedRequest {
   /** `n`, choices per prompt (a positive integer); undefined when absent or null. */
   readonly n: number | undefined;
   /**
-   * Engine requests vLLM makes of the request: `n` (default 1) times the prompts of a
-   * `/v1/completions` batch (`prompt` as an array of strings or of token-id arrays). vLLM V1
-   * schedules each as a request of its own, each counted in `vllm:num_requests_running`.
+   * Prompts in `prompt`: the elements of a batch (an array of strings or of token-id arrays),
+   * else 1. See `engineRequests`.
    */
-  readonly sequences: number;
+  readonly prompts: number;
   /** The `messages` array, '[' to one past ']'; undefined when absent or null. */
   readonly messages: ByteSpan | undefined;
   /** The `prompt` value, whatever its type; undefined when absent or null. */

@@ -34,16 +34,18 @@ const MEDIA_CHARS = 4096;
 
 /**
  * Code points of the string values of `messages`, except a media item (a string longer than
- * MEDIA_CHARS that is the value of a key `data` or starts with `data:`), which counts MEDIA_CHARS.
+ * MEDIA_CHARS that is the value of a key `data`, or of a key `url` and starts with `data:`),
+ * which counts MEDIA_CHARS.
  */
-function messageChars(v: unknown, underData = false): number {
+function messageChars(v: unknown, key?: string): number {
   if (typeof v === 'string') {
     const n = [...v].length;
-    return n > MEDIA_CHARS && (underData || v.startsWith('data:')) ? MEDIA_CHARS : n;
+    const media = key === 'data' || (key === 'url' && v.startsWith('data:'));
+    return n > MEDIA_CHARS && media ? MEDIA_CHARS : n;
   }
   if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + messageChars(x), 0);
   if (v !== null && typeof v === 'object')
-    return Object.entries(v).reduce((sum, [k, x]) => sum + messageChars(x, k === 'data'), 0);
+    return Object.entries(v).reduce((sum, [k, x]) => sum + messageChars(x, k), 0);
   return 0;
 }
 
@@ -230,6 +232,12 @@ describe('estimatePromptTokens: worked examples', () => {
     // Only the value right after the key `data` is one: text after it counts as text.
     const after = `[{"role":"user","content":[{"data":1,"x":"${'y'.repeat(5000)}"}]}]`;
     expect(chat(after)).toBe(Math.ceil((4 + 5000) / 4));
+    // Text that starts with `data:` (a pasted event stream) is text, wherever it sits.
+    const pasted = `data: ${'lorem '.repeat(20_000)}`;
+    expect(chat(`[{"role":"user","content":"${pasted}"}]`)).toBe(Math.ceil((4 + 120_006) / 4));
+    expect(chat(`[{"role":"user","content":[{"type":"text","text":"${pasted}"}]}]`)).toBe(
+      Math.ceil((4 + 4 + 120_006) / 4),
+    );
   });
 
   it("chat: chat_template_kwargs and chat_template count, as vLLM merges them into the template's arguments", () => {

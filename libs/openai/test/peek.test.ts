@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { peekRequest, RequestPeekError } from '../src/index.js';
+import { engineRequests, peekRequest, RequestPeekError } from '../src/index.js';
 import { bytes, peekError } from './helpers.js';
 
 const peek = (text: string) => peekRequest(bytes(text));
@@ -24,7 +24,7 @@ describe('peekRequest: a chat request', () => {
       minTokens: undefined,
       echo: undefined,
       n: undefined,
-      sequences: 1,
+      prompts: 1,
       messages: { start, end: at(body, '],') + 1 },
       prompt: undefined,
       tools: undefined,
@@ -300,7 +300,15 @@ describe('peekRequest: n and batches, the engine requests a request becomes', ()
     ['{"model":"m","prompt":["a"],"n":9007199254740991}', 9007199254740991, 9007199254740991],
     ['{"model":"m","prompt":["a","b"],"n":9007199254740991}', 9007199254740991, 9007199254740991],
   ])('%s: n %s, %s engine requests', (text, n, sequences) => {
-    expect(peek(text)).toMatchObject({ n, sequences });
+    expect(peek(text)).toMatchObject({ n });
+    expect(engineRequests(peek(text), 'completion')).toBe(sequences);
+  });
+
+  it('counts no prompts on the chat endpoint: vLLM ignores a stray prompt there', () => {
+    const body = peek('{"model":"m","messages":[],"prompt":["a","b","c","d"],"n":2}');
+    expect(body.prompts).toBe(4);
+    expect(engineRequests(body, 'chat')).toBe(2);
+    expect(engineRequests(body, 'completion')).toBe(8);
   });
 
   it.each(['0', '-0', '0.0', 'null'])(

@@ -6,7 +6,12 @@
 import { classify, isAged, retryAfterBounds } from '@sluice/admission';
 import type { PoolConfig, SluiceConfig } from '@sluice/config';
 import { markStage, type GatewayMetrics } from '@sluice/observability';
-import { estimatePromptTokens, peekRequest, RequestPeekError } from '@sluice/openai';
+import {
+  engineRequests,
+  estimatePromptTokens,
+  peekRequest,
+  RequestPeekError,
+} from '@sluice/openai';
 import {
   sluiceHeaders,
   type CompletionPath,
@@ -280,12 +285,10 @@ export async function completionRoutes(
       if (dataParallelRank !== undefined) payload.dataParallelRank = dataParallelRank;
       const maxTokens = peeked.maxCompletionTokens ?? peeked.maxTokens;
       if (maxTokens !== undefined) payload.maxTokens = maxTokens;
-      if (peeked.sequences > 1) payload.sequences = peeked.sequences;
-      const promptTokens = estimatePromptTokens(
-        body,
-        peeked,
-        path === '/v1/chat/completions' ? 'chat' : 'completion',
-      );
+      const endpoint = path === '/v1/chat/completions' ? 'chat' : 'completion';
+      const sequences = engineRequests(peeked, endpoint);
+      if (sequences > 1) payload.sequences = sequences;
+      const promptTokens = estimatePromptTokens(body, peeked, endpoint);
       payload.promptTokens = promptTokens;
       const longPrompts = route.pool.longPrompts;
       const promptClass = classify(promptTokens, longPrompts);
