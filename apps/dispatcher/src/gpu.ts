@@ -1,9 +1,11 @@
 // The GPU reading, if a source is configured: exported as metrics, and a new reading wakes
 // the release loops (the load signal of degradation reads it). A source that cannot work
 // here (no NVML library, no nvidia-smi) is one clear log line; the dispatcher runs on. A
-// source that keeps failing is one warn line per kind of failure and 10 s, not one per poll,
-// and its GPU series go once the last reading is too old for the load signal too: a
-// dashboard must not show the last good reading for as long as the source stays broken.
+// source that keeps failing is one warn line per kind of failure and 10 s, not one per poll.
+// The GPU series are exported only while the latest reading is young enough for the load
+// signal (checked at each collection, as leader-metrics.ts filters the pool gauges): a
+// dashboard must not show the last good reading of a source that is broken or gone silent,
+// whether or not it says so with an error.
 import type { SluiceConfig } from '@sluice/config';
 import { createGpuSource, DCGM_TIMEOUT_MS, POLL_MS, type GpuSource } from '@sluice/gpu';
 import type { DispatcherMetrics } from '@sluice/observability';
@@ -20,15 +22,28 @@ export async function startGpu(
     error(o: object, m: string): void;
     warn(o: object, m: string): void;
   },
+  /** The clock of the readings' `at` and of their age. */
+  now: () => number = Date.now,
 ): Promise<GpuSource | undefined> {
   const source = createGpuSource({
     source: config.source,
     pollMs: POLL_MS, // gpuMaxAgeMs counts on this period
+    now,
     ...(config.dcgmUrl ? { dcgmUrl: config.dcgmUrl } : {}),
   });
   if (!source) return undefined;
   const gauges = [metrics.gpuUtilization, metrics.gpuMemoryUsed, metrics.gpuMemoryTotal];
   const clear = () => gauges.forEach((g) => g.reset());
+  // No series while the latest reading does not count for the load signal either (none yet,
+  // or older than maxAgeMs): a source that hangs without an error, or keeps failing.
+  for (const gauge of gauges) {
+    const collect = gauge.get.bind(gauge);
+    gauge.get = async () => {
+      const fresh = readingAge(source, now()) <= maxAgeMs;
+      const all = await collect();
+      return fresh ? all : { ...all, values: [] };
+    };
+  }
   source.on('snapshot', (snapshot) => {
     // A GPU left out of this reading (MIG enabled since, gone) must not keep its last values.
     clear();
@@ -41,11 +56,7 @@ export async function startGpu(
     onReading();
   });
   const warn = limitedWarn(log);
-  source.on('error', (err) => {
-    warn('GPU reading failed', err);
-    const latest = source.latest();
-    if (!latest || Date.now() - latest.at > maxAgeMs) clear();
-  });
+  source.on('error', (err) => warn('GPU reading failed', err));
   // Said once by the source (a GPU it leaves out of every reading, e.g. MIG-enabled).
   source.on('warning', (w) => log.warn({ err: w.message }, 'GPU left out of the readings'));
   try {
@@ -70,6 +81,12 @@ export function gpuMaxAgeMs(
 ): number {
   const timeoutMs = source === 'dcgm' ? DCGM_TIMEOUT_MS : 0;
   return Math.max(4 * scrapeIntervalMs, 2 * POLL_MS + timeoutMs);
+}
+
+/** Age of the latest reading at `now`; Infinity before the first. */
+function readingAge(source: GpuSource, now: number): number {
+  const snapshot = source.latest();
+  return snapshot ? now - snapshot.at : Infinity;
 }
 
 /** Highest utilization (0..1) of the latest reading, if one is younger than `maxAgeMs`. */

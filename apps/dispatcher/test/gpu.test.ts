@@ -96,36 +96,43 @@ describe('startGpu', () => {
     }
   });
 
-  it('drops the GPU series once the last reading is too old, and GPUs a reading leaves out', async () => {
-    // What the exporter answers next: two GPUs, one, or a failure.
-    let answer = 'two';
+  /**
+   * A dcgm-exporter stand-in: what it answers next is two GPUs, one, a failure, or nothing
+   * at all (a request left hanging); and the dispatcher's GPU source on it, on a clock the
+   * test moves.
+   */
+  async function exporterAndSource(maxAgeMs: number) {
+    const state = {
+      answer: 'two' as 'two' | 'one' | 'broken' | 'silent',
+      clock: 1_700_000_000_000,
+    };
     const gpu = (i: number, util: number) => [
       `DCGM_FI_DEV_GPU_UTIL{gpu="${i}",UUID="GPU-${i}"} ${util}`,
       `DCGM_FI_DEV_FB_USED{gpu="${i}",UUID="GPU-${i}"} 1000`,
       `DCGM_FI_DEV_FB_FREE{gpu="${i}",UUID="GPU-${i}"} 3000`,
     ];
     const server = createServer((_req, res) => {
-      if (answer === 'broken') return res.writeHead(500).end('exporter broken');
-      const lines = answer === 'two' ? [...gpu(0, 97), ...gpu(1, 50)] : gpu(0, 97);
+      if (state.answer === 'silent') return;
+      if (state.answer === 'broken') return res.writeHead(500).end('exporter broken');
+      const lines = state.answer === 'two' ? [...gpu(0, 97), ...gpu(1, 50)] : gpu(0, 97);
       res.writeHead(200, { 'content-type': 'text/plain' }).end(lines.join('\n') + '\n');
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     const { port } = server.address() as AddressInfo;
     const registry = new Registry();
-    const metrics = dispatcherMetrics(registry);
     const series = async () =>
       (await registry.getSingleMetric('sluice_gpu_utilization_ratio')!.get()).values.map((v) => [
         v.labels['gpu'],
         v.value,
       ]);
     const quiet = { info: () => {}, warn: () => {}, error: () => {} };
-    // Every reading is already too old once a poll fails: the failure clears at once.
     const source = await startGpu(
       { source: 'dcgm', dcgmUrl: `http://127.0.0.1:${port}/metrics` },
-      metrics,
-      0,
+      dispatcherMetrics(registry),
+      maxAgeMs,
       () => {},
       quiet,
+      () => state.clock,
     );
     const next = (event: 'snapshot' | 'error') =>
       new Promise<void>((resolve) =>
@@ -133,21 +140,57 @@ describe('startGpu', () => {
           ? source!.on('snapshot', () => resolve())
           : source!.on('error', () => resolve()),
       );
+    const close = async () => {
+      await source?.stop();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    };
+    return { state, series, next, close };
+  }
+
+  it('drops the GPU series once the last reading is too old, and GPUs a reading leaves out', async () => {
+    const { state, series, next, close } = await exporterAndSource(10_000);
     try {
       expect(await series()).toEqual([
         ['0', 0.97],
         ['1', 0.5],
       ]);
-      answer = 'one';
+      state.answer = 'one';
       await next('snapshot');
       await next('snapshot');
       expect(await series()).toEqual([['0', 0.97]]);
-      answer = 'broken';
+      state.answer = 'broken';
       await next('error');
+      // A failure alone does not drop a reading that still counts for the load signal.
+      expect(await series()).toEqual([['0', 0.97]]);
+      state.clock += 10_001;
       expect(await series()).toEqual([]);
     } finally {
-      await source?.stop();
-      await new Promise((resolve) => server.close(resolve));
+      await close();
+    }
+  });
+
+  it('drops the GPU series of a source that goes silent without an error, and shows them again at its next reading', async () => {
+    const { state, series, next, close } = await exporterAndSource(10_000);
+    try {
+      state.answer = 'silent';
+      expect(await series()).toEqual([
+        ['0', 0.97],
+        ['1', 0.5],
+      ]);
+      state.clock += 10_000;
+      expect(await series()).toEqual([
+        ['0', 0.97],
+        ['1', 0.5],
+      ]);
+      // No event: the reading is simply too old by the time /metrics is collected.
+      state.clock += 1;
+      expect(await series()).toEqual([]);
+      state.answer = 'one';
+      await next('snapshot');
+      expect(await series()).toEqual([['0', 0.97]]);
+    } finally {
+      await close();
     }
   });
 });

@@ -44,3 +44,15 @@ export const SMI_SETTLE_MS = 25;
 
 /** After SIGTERM, nvidia-smi gets this long to exit before SIGKILL. */
 export const SMI_KILL_AFTER_MS = 2000;
+
+/**
+ * nvidia-smi prints every pollMs; one that printed no line for this many poll intervals is
+ * taken as hung (a wedged driver): reported, killed and started again.
+ */
+export const SMI_SILENT_POLLS = 5;
+
+/**
+ * Before its first line a process gets at least this long: nvidia-smi initialises NVML
+ * first, which takes seconds on a cold driver (no persistence mode) with many GPUs.
+ */
+export const SMI_FIRST_LINE_MS = 30_000;

@@ -39,7 +39,8 @@ export interface GpuSource {
   on(event: 'error', cb: (e: Error) => void): void;
   /**
    * Said once, not per poll (one line, code ERR_GPU_UNSUPPORTED): a GPU that cannot report
-   * what a reading needs (NVML's Not Supported, e.g. a MIG-enabled GPU) is left out of every
+   * what a reading needs (NVML's Not Supported, nvidia-smi's `[N/A]`, e.g. a MIG-enabled GPU)
+   * is left out of every
    * reading from now on; when no GPU is left, readings carry no GPU.
    */
   on(event: 'warning', cb: (e: Error) => void): void;

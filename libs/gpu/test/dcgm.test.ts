@@ -12,6 +12,12 @@ const FIXTURE = readFileSync(
 );
 const H100_MIB = 81559;
 
+/** Two H100s; pods share GPU 0 (time slicing): three series each, differing in pod labels. */
+const SHARED = readFileSync(
+  new URL('./fixtures/dcgm-exporter-shared-gpu.prom', import.meta.url),
+  'utf8',
+);
+
 const FOUR_H100 = [
   {
     index: 0,
@@ -179,6 +185,33 @@ describe('GPU_SOURCE=dcgm against a real HTTP server', () => {
     }
   });
 
+  it('reads a GPU that pods share (one series per pod) as one GPU', async () => {
+    respond = exposition(SHARED);
+    const gpu = dcgm();
+    const events = record(gpu);
+    await gpu.start();
+    expect(events.errors).toEqual([]);
+    expect(gpu.latest()).toEqual({
+      at: clock,
+      gpus: [
+        {
+          index: 0,
+          uuid: 'GPU-5d0b2c4e-91a7-4f3e-b6d8-2e7f1a9c3b40',
+          utilization: 0.83,
+          memoryUsed: 71680 * MiB,
+          memoryTotal: H100_MIB * MiB,
+        },
+        {
+          index: 1,
+          uuid: 'GPU-c81e3f77-0a2d-4b59-9e14-6d3a8b5f2c91',
+          utilization: 0.97,
+          memoryUsed: 79488 * MiB,
+          memoryTotal: H100_MIB * MiB,
+        },
+      ],
+    });
+  });
+
   it('refuses options without a usable DCGM_URL', () => {
     for (const dcgmUrl of [undefined, '', 'dcgm-exporter:9400', 'ftp://x/metrics']) {
       expect(() => createGpuSource({ source: 'dcgm', dcgmUrl })).toThrow(GpuSourceError);
@@ -244,6 +277,42 @@ describe('dcgmReadings', () => {
     expect(() => dcgmReadings(util.replace(' 10', ' NaN') + memory)).toThrow(GpuSourceError);
     expect(() => dcgmReadings(`DCGM_FI_DEV_GPU_UTIL{UUID="GPU-0"} 1\n`)).toThrow(
       /without a gpu label/,
+    );
+  });
+
+  it('takes the series of pods sharing a GPU as that GPU, the busiest if they differ', () => {
+    const pod = (name: string) => labels(0, `,namespace="llm",container="vllm",pod="${name}"`);
+    const text = [
+      `DCGM_FI_DEV_GPU_UTIL{${pod('a')}} 40`,
+      `DCGM_FI_DEV_GPU_UTIL{${pod('b')}} 60`,
+      `DCGM_FI_DEV_FB_USED{${pod('a')}} 5000`,
+      `DCGM_FI_DEV_FB_USED{${pod('b')}} 5000`,
+      `DCGM_FI_DEV_FB_FREE{${pod('a')}} 3000`,
+      `DCGM_FI_DEV_FB_FREE{${pod('b')}} 3000`,
+    ].join('\n');
+    expect(dcgmReadings(text)).toEqual([
+      {
+        index: 0,
+        uuid: 'GPU-0',
+        utilization: 0.6,
+        memoryUsed: 5000 * MiB,
+        memoryTotal: 8000 * MiB,
+      },
+    ]);
+  });
+
+  it('refuses MIG instance series, and one gpu index with two UUIDs', () => {
+    const memory = `DCGM_FI_DEV_FB_USED{${labels(0)}} 1\nDCGM_FI_DEV_FB_FREE{${labels(0)}} 1\n`;
+    // dcgm-exporter's labels for a MIG GPU instance.
+    const mig = (id: number) =>
+      `DCGM_FI_DEV_GPU_UTIL{${labels(0, `,GPU_I_PROFILE="1g.18gb",GPU_I_ID="${id}"`)}} 5\n`;
+    expect(() => dcgmReadings(mig(7) + mig(8) + memory)).toThrow(
+      'GPU_SOURCE=dcgm: GPU 0 is in MIG mode (DCGM_FI_DEV_GPU_UTIL per GPU instance, GPU_I_ID="7"); MIG instances are not supported',
+    );
+    expect(() => dcgmReadings(mig(7) + memory)).toThrow(/GPU 0 is in MIG mode/);
+    const twice = `DCGM_FI_DEV_GPU_UTIL{${labels(0)}} 5\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-9"} 5\n`;
+    expect(() => dcgmReadings(twice + memory)).toThrow(
+      'GPU_SOURCE=dcgm: GPU 0 has DCGM_FI_DEV_GPU_UTIL samples of two UUIDs, GPU-0 and GPU-9',
     );
   });
 });

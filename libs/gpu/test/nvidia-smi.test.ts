@@ -1,4 +1,4 @@
-import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import {
@@ -23,20 +23,35 @@ type Behaviour =
   | 'dies-once'
   /** What nvidia-smi prints on a machine without a working driver. */
   | 'no-driver'
-  /** A line nvidia-smi prints for a GPU that cannot report a field. */
-  | 'not-available';
+  /** GPU 0 answers [N/A] for utilization.gpu (a MIG-enabled GPU), GPU 1 reads. */
+  | 'not-available'
+  /** Both GPUs answer [Not Supported] for utilization.gpu. */
+  | 'none-available'
+  /** A line of four fields for GPU 0. */
+  | 'garbled'
+  /**
+   * First run: two samples, then silence without exiting, and SIGTERM is logged and
+   * ignored (a process stuck on a wedged driver). Later runs: steady.
+   */
+  | 'hangs';
 
 const dir = tempDir('smi');
 afterAll(() => dir.remove());
 
 /**
  * A stand-in nvidia-smi: a node script that checks it got the arguments the real one
- * needs, logs each start (its argv as one JSON line), and prints CSV like the real one.
+ * needs, logs each start (its argv as one JSON line) and each signal it is sent but
+ * survives, and prints CSV like the real one.
  */
-function standIn(behaviour: Behaviour): { path: string; starts(): string[][] } {
+function standIn(behaviour: Behaviour): {
+  path: string;
+  starts(): string[][];
+  signals(): string[];
+} {
   const name = `nvidia-smi-${behaviour}-${Math.random().toString(36).slice(2)}`;
   const path = join(dir.path, name);
   const log = `${path}.log`;
+  const signalLog = `${path}.signals`;
   writeFileSync(
     path,
     `#!${process.execPath}
@@ -54,14 +69,23 @@ if (behaviour === 'no-driver') {
   process.stdout.write("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.\\n\\n");
   process.exit(9);
 }
+if (behaviour === 'hangs' && runs === 1)
+  process.on('SIGTERM', () => fs.appendFileSync(${JSON.stringify(signalLog)}, 'SIGTERM\\n'));
 let n = 0;
 function sample() {
   n++;
   if (behaviour === 'dies-once' && runs === 1 && n > 2) process.exit(1);
-  const util = behaviour === 'not-available' ? '[N/A]' : String(30 + (n % 10));
+  if (behaviour === 'hangs' && runs === 1 && n > 2) return;
+  const util =
+    behaviour === 'not-available' ? '[N/A]' :
+    behaviour === 'none-available' ? '[Not Supported]' :
+    String(30 + (n % 10));
   process.stdout.write(
-    '0, GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52, ' + util + ', 20480, 81559\\n' +
-    '1, GPU-1c2e8d4b-0f7a-5b39-84c6-3e9a1d7f2b60, 91, 133120, 143771\\n',
+    (behaviour === 'garbled'
+      ? '0, GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52, 37, 20480\\n'
+      : '0, GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52, ' + util + ', 20480, 81559\\n') +
+    '1, GPU-1c2e8d4b-0f7a-5b39-84c6-3e9a1d7f2b60, ' +
+    (behaviour === 'none-available' ? util : '91') + ', 133120, 143771\\n',
   );
 }
 sample();
@@ -76,6 +100,8 @@ setInterval(sample, Number(args[3]));
         .trim()
         .split('\n')
         .map((line) => JSON.parse(line) as string[]),
+    signals: () =>
+      existsSync(signalLog) ? readFileSync(signalLog, 'utf8').trim().split('\n') : [],
   };
 }
 
@@ -155,8 +181,71 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
     ]);
   });
 
-  it('reports a line it cannot use and drops that sample', async () => {
+  it('kills a process that stops printing (SIGKILL when SIGTERM does not end it) and starts another', async () => {
+    const fake = standIn('hangs');
+    const gpu = smi(fake.path, 100);
+    const events = record(gpu);
+    await gpu.start();
+    const error = await events.nextError();
+    expect(error).toMatchObject({
+      code: 'ERR_GPU_PROCESS',
+      message: `GPU_SOURCE=nvidia-smi: ${fake.path} printed nothing for 500 ms (5 poll intervals); killing it, restarting in 1000 ms`,
+    });
+    expect(events.snapshots).toHaveLength(2);
+    expect(gpu.latest()).toBe(events.snapshots[1]);
+    clock += 5000;
+    // SIGTERM is ignored, SIGKILL ends it 2 s later, and the next process starts 1 s after.
+    const after = await events.nextSnapshot(15_000);
+    expect(after.at).toBe(clock);
+    expect(after.gpus).toHaveLength(2);
+    expect(fake.signals()).toEqual(['SIGTERM']);
+    expect(fake.starts()).toEqual([
+      [...ARGS, '100'],
+      [...ARGS, '100'],
+    ]);
+    // The hang is one error line; the exit it caused is not a second one.
+    expect(events.errors).toEqual([error]);
+  });
+
+  it('leaves out a GPU that answers [N/A] (MIG), says so once, and reads the others', async () => {
     const fake = standIn('not-available');
+    const gpu = smi(fake.path);
+    const events = record(gpu);
+    await gpu.start();
+    expect(gpu.latest()!.gpus.map((g) => [g.index, g.utilization])).toEqual([[1, 0.91]]);
+    expect(events.warnings).toHaveLength(1);
+    expect(events.warnings[0]).toMatchObject({
+      code: 'ERR_GPU_UNSUPPORTED',
+      message:
+        'GPU_SOURCE=nvidia-smi: GPU 0 (GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52) is left out of every reading: utilization.gpu is [N/A], as on a MIG-enabled GPU',
+    });
+    for (let i = 0; i < 3; i++) {
+      clock += 30;
+      const next = await events.nextSnapshot();
+      expect(next.at).toBe(clock);
+      expect(next.gpus.map((g) => g.index)).toEqual([1]);
+    }
+    expect(events.warnings).toHaveLength(1);
+    expect(events.errors).toEqual([]);
+  });
+
+  it('reads no GPU when every GPU answers [Not Supported], and says so once', async () => {
+    const fake = standIn('none-available');
+    const gpu = smi(fake.path);
+    const events = record(gpu);
+    await gpu.start();
+    expect(gpu.latest()).toEqual({ at: clock, gpus: [] });
+    for (let i = 0; i < 3; i++) expect((await events.nextSnapshot()).gpus).toEqual([]);
+    expect(events.warnings.map((w) => w.message)).toEqual([
+      expect.stringContaining('GPU 0 (GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52) is left out'),
+      expect.stringContaining('GPU 1 (GPU-1c2e8d4b-0f7a-5b39-84c6-3e9a1d7f2b60) is left out'),
+      'GPU_SOURCE=nvidia-smi: no GPU is left to read (each one reports [N/A] or [Not Supported]); readings carry no GPU, the dispatcher runs without GPU input',
+    ]);
+    expect(events.errors).toEqual([]);
+  });
+
+  it('reports a line it cannot use and drops that sample', async () => {
+    const fake = standIn('garbled');
     const gpu = smi(fake.path);
     const events = record(gpu);
     void gpu.start();
@@ -164,7 +253,7 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
     expect(error).toMatchObject({
       code: 'ERR_GPU_PARSE',
       message:
-        'GPU_SOURCE=nvidia-smi: utilization.gpu is [N/A] in line "0, GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52, [N/A], 20480, 81559"',
+        'GPU_SOURCE=nvidia-smi: expected 5 fields (index, uuid, utilization.gpu, memory.used, memory.total) in line "0, GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52, 37, 20480"',
     });
     await events.nextError();
     expect(gpu.latest()).toBeUndefined();

@@ -14,10 +14,25 @@ function parseError(detail: string, cause?: unknown) {
 }
 
 /**
- * The GPUs of one dcgm-exporter exposition, ordered by index. One GPU per
- * `DCGM_FI_DEV_GPU_UTIL` sample, identified by its `gpu` label (the NVML index) and `UUID`;
- * its `DCGM_FI_DEV_FB_USED` / `_FREE` samples are the ones with the same `gpu` and `UUID`
- * (other labels, such as `pod`, `modelName` or `DCGM_FI_DRIVER_VERSION`, are ignored).
+ * Labels dcgm-exporter puts on the series of a MIG GPU instance (one series per instance,
+ * several per GPU). Device-level utilization does not exist under MIG, so such a GPU is refused.
+ */
+const MIG_LABELS = ['GPU_I_ID', 'GPU_I_PROFILE'];
+
+/**
+ * The GPUs of one dcgm-exporter exposition, ordered by index. A GPU is identified by the `gpu`
+ * label of its `DCGM_FI_DEV_GPU_UTIL` samples (the NVML index) and their `UUID`; its
+ * `DCGM_FI_DEV_FB_USED` / `_FREE` samples are the ones with the same `gpu` and `UUID`. Other
+ * labels (`modelName`, `DCGM_FI_DRIVER_VERSION`, and the Kubernetes pod mapping: `pod`,
+ * `namespace`, `container`, `vgpu`…) are ignored.
+ *
+ * One GPU may have several samples: with pod mapping on, dcgm-exporter writes one series per
+ * pod that uses the GPU (time slicing, MPS; NVIDIA/dcgm-exporter#340), each a copy of the
+ * device's value that differs only in those labels. They are one GPU. Should the copies differ,
+ * the highest utilization counts (the degradation signal errs towards busy), and memory is read
+ * from the first matching series. Series of MIG GPU instances (`GPU_I_ID`, `GPU_I_PROFILE`) are
+ * refused, as are two UUIDs for one `gpu`.
+ *
  * Framebuffer values are MiB. Total = used + free, plus `DCGM_FI_DEV_FB_RESERVED` when the
  * exporter's counters include it (DCGM 3.1+ then leaves the reserved part out of "used").
  * Throws ERR_GPU_PARSE when the text does not parse, names no GPU, mixes hosts, or a GPU
@@ -40,17 +55,30 @@ export function dcgmReadings(text: string): GpuReading[] {
       `exposition mixes hosts ${[...hosts].join(', ')}; point DCGM_URL at one node's exporter`,
     );
 
-  const seen = new Set<number>();
-  const readings = utilization.map((sample) => {
+  // Each GPU's samples: one, or one per pod that shares it.
+  const gpus = new Map<number, { gpu: string; uuid: string | undefined; percent: number }>();
+  for (const sample of utilization) {
     const gpu = sample.labels.gpu;
     if (gpu === undefined || !/^\d+$/.test(gpu))
       throw parseError(`${UTIL} sample without a gpu label`);
     const index = Number(gpu);
-    if (seen.has(index))
-      throw parseError(`GPU ${index} has two ${UTIL} samples (MIG instances are not supported)`);
-    seen.add(index);
-    const match: Record<string, string> = { gpu };
+    const mig = MIG_LABELS.find((label) => sample.labels[label] !== undefined);
+    if (mig !== undefined)
+      throw parseError(
+        `GPU ${index} is in MIG mode (${UTIL} per GPU instance, ${mig}="${sample.labels[mig]}"); ` +
+          'MIG instances are not supported',
+      );
     const uuid = sample.labels.UUID;
+    const seen = gpus.get(index);
+    if (seen === undefined) gpus.set(index, { gpu, uuid, percent: sample.value });
+    else if (seen.uuid !== uuid)
+      throw parseError(`GPU ${index} has ${UTIL} samples of two UUIDs, ${seen.uuid} and ${uuid}`);
+    // NaN fails either way: Math.max keeps it, and gpuReading refuses it.
+    else seen.percent = Math.max(seen.percent, sample.value);
+  }
+
+  const readings = [...gpus].map(([index, { gpu, uuid, percent }]) => {
+    const match: Record<string, string> = { gpu };
     if (uuid !== undefined) match.UUID = uuid;
     const mib = (name: string) => {
       const value = sampleValue(exposition, name, match);
@@ -63,7 +91,7 @@ export function dcgmReadings(text: string): GpuReading[] {
     return gpuReading('dcgm', {
       index,
       uuid,
-      utilizationPercent: sample.value,
+      utilizationPercent: percent,
       memoryUsed: used * MIB,
       memoryTotal: (used + free + reserved) * MIB,
     });
