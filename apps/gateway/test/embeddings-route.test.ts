@@ -41,7 +41,7 @@ beforeAll(async () => {
     engines: [{ url: "http://127.0.0.1:1" }]
 passthrough:
   - { model: emb, url: "${backendUrl}" }
-  - { model: gone, url: "http://127.0.0.1:1" }
+  - { model: gone, url: "http://127.0.0.1:2" }
 `;
   const config = loadConfig({ SLUICE_CONFIG: '/etc/sluice.yaml' }, () => yaml);
   metrics = gatewayMetrics(new Registry());
