@@ -212,6 +212,25 @@ describe('GPU_SOURCE=dcgm against a real HTTP server', () => {
     });
   });
 
+  it('leaves a MIG GPU out of every reading, with one warning', async () => {
+    const mig = `DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-0",GPU_I_PROFILE="1g.18gb",GPU_I_ID="7"} 5
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-1"} 40
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-1"} 1000
+DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-1"} 3000
+`;
+    respond = exposition(mig);
+    const gpu = dcgm();
+    const events = record(gpu);
+    await gpu.start();
+    // A second scrape says nothing more.
+    await events.nextSnapshot();
+    expect(events.errors).toEqual([]);
+    expect(gpu.latest()?.gpus.map((g) => g.index)).toEqual([1]);
+    expect(events.warnings.map((w) => w.message)).toEqual([
+      'GPU_SOURCE=dcgm: GPU 0 is left out of every reading: it is in MIG mode (DCGM_FI_DEV_GPU_UTIL per GPU instance, GPU_I_ID="7"), which has no device-level utilization',
+    ]);
+  });
+
   it('refuses options without a usable DCGM_URL', () => {
     for (const dcgmUrl of [undefined, '', 'dcgm-exporter:9400', 'ftp://x/metrics']) {
       expect(() => createGpuSource({ source: 'dcgm', dcgmUrl })).toThrow(GpuSourceError);
@@ -301,15 +320,24 @@ describe('dcgmReadings', () => {
     ]);
   });
 
-  it('refuses MIG instance series, and one gpu index with two UUIDs', () => {
-    const memory = `DCGM_FI_DEV_FB_USED{${labels(0)}} 1\nDCGM_FI_DEV_FB_FREE{${labels(0)}} 1\n`;
+  it('leaves a MIG GPU out and reads the others, as the NVML and nvidia-smi sources do', () => {
+    const memory = (gpu: number) =>
+      `DCGM_FI_DEV_FB_USED{${labels(gpu)}} 1\nDCGM_FI_DEV_FB_FREE{${labels(gpu)}} 1\n`;
     // dcgm-exporter's labels for a MIG GPU instance.
     const mig = (id: number) =>
       `DCGM_FI_DEV_GPU_UTIL{${labels(0, `,GPU_I_PROFILE="1g.18gb",GPU_I_ID="${id}"`)}} 5\n`;
-    expect(() => dcgmReadings(mig(7) + mig(8) + memory)).toThrow(
-      'GPU_SOURCE=dcgm: GPU 0 is in MIG mode (DCGM_FI_DEV_GPU_UTIL per GPU instance, GPU_I_ID="7"); MIG instances are not supported',
+    const plain = `DCGM_FI_DEV_GPU_UTIL{${labels(1)}} 40\n`;
+    const told: string[] = [];
+    const readings = dcgmReadings(mig(7) + mig(8) + plain + memory(0) + memory(1), (i, d) =>
+      told.push(`${i}: ${d}`),
     );
-    expect(() => dcgmReadings(mig(7) + memory)).toThrow(/GPU 0 is in MIG mode/);
+    expect(readings.map((r) => [r.index, r.utilization])).toEqual([[1, 0.4]]);
+    expect(told).toEqual(['0: DCGM_FI_DEV_GPU_UTIL per GPU instance, GPU_I_ID="7"']);
+    expect(dcgmReadings(mig(7) + memory(0))).toEqual([]);
+  });
+
+  it('refuses one gpu index with two UUIDs', () => {
+    const memory = `DCGM_FI_DEV_FB_USED{${labels(0)}} 1\nDCGM_FI_DEV_FB_FREE{${labels(0)}} 1\n`;
     const twice = `DCGM_FI_DEV_GPU_UTIL{${labels(0)}} 5\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-9"} 5\n`;
     expect(() => dcgmReadings(twice + memory)).toThrow(
       'GPU_SOURCE=dcgm: GPU 0 has DCGM_FI_DEV_GPU_UTIL samples of two UUIDs, GPU-0 and GPU-9',

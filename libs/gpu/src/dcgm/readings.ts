@@ -15,7 +15,8 @@ function parseError(detail: string, cause?: unknown) {
 
 /**
  * Labels dcgm-exporter puts on the series of a MIG GPU instance (one series per instance,
- * several per GPU). Device-level utilization does not exist under MIG, so such a GPU is refused.
+ * several per GPU). Device-level utilization does not exist under MIG, so such a GPU is left
+ * out, as the NVML and nvidia-smi sources leave it out.
  */
 const MIG_LABELS = ['GPU_I_ID', 'GPU_I_PROFILE'];
 
@@ -30,15 +31,19 @@ const MIG_LABELS = ['GPU_I_ID', 'GPU_I_PROFILE'];
  * pod that uses the GPU (time slicing, MPS; NVIDIA/dcgm-exporter#340), each a copy of the
  * device's value that differs only in those labels. They are one GPU. Should the copies differ,
  * the highest utilization counts (the degradation signal errs towards busy), and memory is read
- * from the first matching series. Series of MIG GPU instances (`GPU_I_ID`, `GPU_I_PROFILE`) are
- * refused, as are two UUIDs for one `gpu`.
+ * from the first matching series. A GPU with series of MIG GPU instances (`GPU_I_ID`, `GPU_I_PROFILE`)
+ * is left out of the readings, and `onMig` told its index (each call); two UUIDs for one `gpu`
+ * are refused.
  *
  * Framebuffer values are MiB. Total = used + free, plus `DCGM_FI_DEV_FB_RESERVED` when the
  * exporter's counters include it (DCGM 3.1+ then leaves the reserved part out of "used").
  * Throws ERR_GPU_PARSE when the text does not parse, names no GPU, mixes hosts, or a GPU
  * lacks a metric: a partial reading would read as a smaller machine.
  */
-export function dcgmReadings(text: string): GpuReading[] {
+export function dcgmReadings(
+  text: string,
+  onMig: (index: number, detail: string) => void = () => {},
+): GpuReading[] {
   let exposition: Exposition;
   try {
     exposition = parseExposition(text);
@@ -57,17 +62,17 @@ export function dcgmReadings(text: string): GpuReading[] {
 
   // Each GPU's samples: one, or one per pod that shares it.
   const gpus = new Map<number, { gpu: string; uuid: string | undefined; percent: number }>();
+  const migs = new Map<number, string>();
   for (const sample of utilization) {
     const gpu = sample.labels.gpu;
     if (gpu === undefined || !/^\d+$/.test(gpu))
       throw parseError(`${UTIL} sample without a gpu label`);
     const index = Number(gpu);
     const mig = MIG_LABELS.find((label) => sample.labels[label] !== undefined);
-    if (mig !== undefined)
-      throw parseError(
-        `GPU ${index} is in MIG mode (${UTIL} per GPU instance, ${mig}="${sample.labels[mig]}"); ` +
-          'MIG instances are not supported',
-      );
+    if (mig !== undefined) {
+      if (!migs.has(index)) migs.set(index, `${mig}="${sample.labels[mig]}"`);
+      continue;
+    }
     const uuid = sample.labels.UUID;
     const seen = gpus.get(index);
     if (seen === undefined) gpus.set(index, { gpu, uuid, percent: sample.value });
@@ -77,6 +82,10 @@ export function dcgmReadings(text: string): GpuReading[] {
     else seen.percent = Math.max(seen.percent, sample.value);
   }
 
+  for (const [index, detail] of migs) {
+    gpus.delete(index);
+    onMig(index, `${UTIL} per GPU instance, ${detail}`);
+  }
   const readings = [...gpus].map(([index, { gpu, uuid, percent }]) => {
     const match: Record<string, string> = { gpu };
     if (uuid !== undefined) match.UUID = uuid;

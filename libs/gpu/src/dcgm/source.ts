@@ -23,14 +23,27 @@ export function createDcgmSource(options: DcgmSourceOptions): GpuSource {
     kind: 'dcgm',
     pollMs,
     now: options.now,
-    open() {
+    open(warn) {
       const client = new Client(url.origin, {
         connectTimeout: timeoutMs,
         headersTimeout: timeoutMs,
         bodyTimeout: timeoutMs,
       });
+      // A MIG GPU is left out of every reading, said once per GPU, as the NVML source does.
+      const warned = new Set<number>();
+      const onMig = (index: number, detail: string) => {
+        if (warned.has(index)) return;
+        warned.add(index);
+        warn(
+          new GpuSourceError(
+            'ERR_GPU_UNSUPPORTED',
+            `GPU_SOURCE=dcgm: GPU ${index} is left out of every reading: it is in MIG mode ` +
+              `(${detail}), which has no device-level utilization`,
+          ),
+        );
+      };
       return {
-        read: async () => dcgmReadings(await scrape(client, url, timeoutMs)),
+        read: async () => dcgmReadings(await scrape(client, url, timeoutMs), onMig),
         close: () => client.close(),
       };
     },
