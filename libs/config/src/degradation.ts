@@ -30,6 +30,10 @@ const deepFreeze = <T>(value: T): T => {
  */
 export const defaultDegradation: DegradationConfig = deepFreeze({
   enabled: true,
+  // Never the GPU by default, with a GPU source or not: its utilization is the share of time
+  // any kernel ran (NVML's nvmlUtilization_t.gpu, nvidia-smi's utilization.gpu and
+  // DCGM_FI_DEV_GPU_UTIL alike), near 100 % while vLLM decodes a single sequence, so it would
+  // put a pool in its last state under trivial load. A pool that wants it names it.
   signal: ['kv'],
   alpha: 0.3,
   hysteresis: 0.05,
@@ -57,17 +61,6 @@ export function copyDegradation(config: DegradationConfig): DegradationConfig {
     signal: [...config.signal],
     profiles: config.profiles.map((profile) => ({ ...profile })),
   };
-}
-
-/**
- * The built-in defaults. The GPU is never in the default signal, with a GPU source or not: its
- * utilization is the share of time any kernel ran (NVML's nvmlUtilization_t.gpu, nvidia-smi's
- * utilization.gpu and DCGM_FI_DEV_GPU_UTIL alike), which vLLM decoding a single sequence keeps
- * near 100 %, so it would put the pool in its last state under trivial load. A pool that wants
- * it names it (`signal: [kv, gpu]`).
- */
-export function builtInDegradation(_gpuSource: GpuSource): DegradationConfig {
-  return copyDegradation(defaultDegradation);
 }
 
 /** A resolved block and where its relation-bearing fields were written (absent = built in). */

@@ -1,7 +1,7 @@
 // Environment (+ optional YAML file) → SluiceConfig. Pure apart from the injected readFile:
 // no network, no discovery, no logging. Every value is validated; the first bad one throws.
 import { readFileSync } from 'node:fs';
-import { builtInDegradation } from './degradation.js';
+import { copyDegradation, defaultDegradation } from './degradation.js';
 import { ConfigError, invalid, show } from './errors.js';
 import { readPoolFile } from './file.js';
 import { redisConfig } from './redis.js';
@@ -130,7 +130,7 @@ export function loadConfig(
   const queueDepth = vars.must('VLLM_MAX_QUEUE_DEPTH');
   const maxParkSeconds = vars.must('ADMISSION_MAX_PARK_SECONDS');
   const apiKey = vars.get('VLLM_API_KEY');
-  const degradation = builtInDegradation(gpuSource);
+  const degradation = copyDegradation(defaultDegradation);
   const degradationOff = vars.must('SLUICE_DEGRADATION') === 'off';
   const longPrompts: LongPromptConfig = {
     thresholdTokens: vars.must('ADMISSION_LONG_PROMPT_TOKENS'),
