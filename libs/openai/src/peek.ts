@@ -15,6 +15,7 @@ import {
 } from './bytes.js';
 import { decodeString, numberValue } from './decode.js';
 import { RequestPeekError } from './errors.js';
+import { numberAsBool, strAsBool, strAsInt } from './lax.js';
 import {
   bindWords,
   endOfInput,
@@ -43,6 +44,10 @@ const N = 11;
 const PRIORITY = 12;
 const CHAT_TEMPLATE = 13;
 const CHAT_TEMPLATE_KWARGS = 14;
+const PROMPT_LOGPROBS = 15;
+const RETURN_TOKEN_IDS = 16;
+const RETURN_PROMPT_TEXT = 17;
+const TRUNCATE_PROMPT_TOKENS = 18;
 
 const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const MODEL_KEY = ascii('model');
@@ -58,6 +63,10 @@ const DOCUMENTS_KEY = ascii('documents');
 const PRIORITY_KEY = ascii('priority');
 const CHAT_TEMPLATE_KEY = ascii('chat_template');
 const CHAT_TEMPLATE_KWARGS_KEY = ascii('chat_template_kwargs');
+const PROMPT_LOGPROBS_KEY = ascii('prompt_logprobs');
+const RETURN_TOKEN_IDS_KEY = ascii('return_token_ids');
+const RETURN_PROMPT_TEXT_KEY = ascii('return_prompt_text');
+const TRUNCATE_PROMPT_TOKENS_KEY = ascii('truncate_prompt_tokens');
 
 const BY_NAME = new Map<string, number>([
   ['model', MODEL],
@@ -74,9 +83,13 @@ const BY_NAME = new Map<string, number>([
   ['priority', PRIORITY],
   ['chat_template', CHAT_TEMPLATE],
   ['chat_template_kwargs', CHAT_TEMPLATE_KWARGS],
+  ['prompt_logprobs', PROMPT_LOGPROBS],
+  ['return_token_ids', RETURN_TOKEN_IDS],
+  ['return_prompt_text', RETURN_PROMPT_TEXT],
+  ['truncate_prompt_tokens', TRUNCATE_PROMPT_TOKENS],
 ]);
-/** Longest raw key that can unescape to a known name: 21 characters, 6 bytes each as \uXXXX. */
-const MAX_ESCAPED_KEY = 21 * 6;
+/** Longest raw key that can unescape to a known name: 22 characters, 6 bytes each as \uXXXX. */
+const MAX_ESCAPED_KEY = 22 * 6;
 
 function same(b: Uint8Array, s: number, key: Uint8Array): boolean {
   for (let k = 0; k < key.length; k++) if (b[s + k] !== key[k]) return false;
@@ -122,12 +135,26 @@ function keyId(b: Uint8Array, s: number, e: number, escaped: boolean): number {
           : OTHER;
     case 13:
       return b[s] === 0x63 /* c */ && same(b, s, CHAT_TEMPLATE_KEY) ? CHAT_TEMPLATE : OTHER;
+    // The keys with which vLLM returns or truncates the prompt: lengths no other key has, each
+    // tested for its first byte before any loop.
+    case 15:
+      return b[s] === 0x70 /* p */ && same(b, s, PROMPT_LOGPROBS_KEY) ? PROMPT_LOGPROBS : OTHER;
+    case 16:
+      return b[s] === 0x72 /* r */ && same(b, s, RETURN_TOKEN_IDS_KEY) ? RETURN_TOKEN_IDS : OTHER;
+    case 18:
+      return b[s] === 0x72 /* r */ && same(b, s, RETURN_PROMPT_TEXT_KEY)
+        ? RETURN_PROMPT_TEXT
+        : OTHER;
     case 20:
       return b[s] === 0x63 /* c */ && same(b, s, CHAT_TEMPLATE_KWARGS_KEY)
         ? CHAT_TEMPLATE_KWARGS
         : OTHER;
     case 21:
       return same(b, s, MAX_COMPLETION_TOKENS_KEY) ? MAX_COMPLETION_TOKENS : OTHER;
+    case 22:
+      return b[s] === 0x74 /* t */ && same(b, s, TRUNCATE_PROMPT_TOKENS_KEY)
+        ? TRUNCATE_PROMPT_TOKENS
+        : OTHER;
     default:
       return OTHER;
   }
@@ -137,7 +164,29 @@ function span(start: number, end: number): ByteSpan | undefined {
   return start < 0 ? undefined : { start, end };
 }
 
-/** An integer >= `min` (0 or 1) or null (undefined); anything else is a field error. */
+/**
+ * What vLLM's pydantic makes of the value [s, e) of an `int` field, in lax mode: a number
+ * without a fraction (1e2 and 100.0 are 100, -0 is 0), true and false as 1 and 0, a string of
+ * an integer as `strAsInt` reads it ("100", " 100 ", "1_000", "100.0"); undefined for null,
+ * NaN for anything pydantic refuses.
+ */
+function laxInt(b: Uint8Array, s: number, e: number): number | undefined {
+  const c = b[s]!;
+  if (c === LOWER_N) return undefined;
+  if (c === MINUS || (c >= ZERO && c <= NINE)) {
+    const v = numberValue(b, s, e);
+    return Number.isInteger(v) ? v + 0 : NaN;
+  }
+  if (c === LOWER_T) return 1;
+  if (c === LOWER_F) return 0;
+  if (c === QUOTE) return strAsInt(decodeString(b, s + 1, e - 1));
+  return NaN;
+}
+
+/**
+ * An integer >= `min` (0 or 1) as `laxInt` reads it, or null (undefined); anything else, and
+ * integers above 2^53 - 1 (which pydantic takes but a double cannot hold), is a field error.
+ */
 function tokenCount(
   b: Uint8Array,
   s: number,
@@ -146,15 +195,45 @@ function tokenCount(
   min: 0 | 1 = 0,
 ): number | undefined {
   if (s < 0) return undefined;
-  const c = b[s]!;
-  if (c === LOWER_N) return undefined;
-  if (c === MINUS || (c >= ZERO && c <= NINE)) {
-    const v = numberValue(b, s, e);
-    // -0 is zero; 1e2 and 100.0 are 100, as JSON.parse has them.
-    if (Number.isSafeInteger(v) && v >= min) return v + 0;
-  }
+  const v = laxInt(b, s, e);
+  if (v === undefined) return undefined;
+  if (Number.isSafeInteger(v) && v >= min) return v;
   const kind = min === 0 ? 'non-negative' : 'positive';
   throw RequestPeekError.field(field, `${field} must be a ${kind} integer or null`, s);
+}
+
+/** `laxBool`'s answer for a value pydantic's `bool` refuses. */
+const NOT_BOOL = -1;
+/** Longest raw string that can unescape to a word `strAsBool` takes: 5 characters as \uXXXX. */
+const MAX_ESCAPED_BOOL = 5 * 6;
+
+/**
+ * What vLLM's pydantic makes of the value [s, e) of a `bool` field, in lax mode: 1 for true,
+ * 0 for false (the numbers 0 and 1, and the strings `strAsBool` reads, included); undefined for
+ * null; NOT_BOOL for anything pydantic refuses.
+ */
+function laxBool(b: Uint8Array, s: number, e: number): number | undefined {
+  const c = b[s]!;
+  let v: boolean | undefined;
+  if (c === LOWER_T) v = true;
+  else if (c === LOWER_F) v = false;
+  else if (c === LOWER_N) return undefined;
+  else if (c === MINUS || (c >= ZERO && c <= NINE)) v = numberAsBool(numberValue(b, s, e));
+  else if (c === QUOTE && e - s - 2 <= MAX_ESCAPED_BOOL)
+    v = strAsBool(decodeString(b, s + 1, e - 1));
+  return v === undefined ? NOT_BOOL : v ? 1 : 0;
+}
+
+/**
+ * A flag that only decides whether the prompt may be touched (`echo`, `return_token_ids`,
+ * `return_prompt_text`): never refused, since vLLM refuses a value its pydantic does not
+ * take; such a value counts as on, so that the prompt is left as the client sent it. Undefined
+ * when absent or null.
+ */
+function flag(b: Uint8Array, s: number, e: number): boolean | undefined {
+  if (s < 0) return undefined;
+  const v = laxBool(b, s, e);
+  return v === undefined ? undefined : v !== 0;
 }
 
 /**
@@ -252,6 +331,13 @@ function peek(b: Uint8Array): PeekedRequest {
   let templateEnd = -1;
   let kwargsStart = -1;
   let kwargsEnd = -1;
+  let promptLogprobsStart = -1;
+  let returnTokenIdsStart = -1;
+  let returnTokenIdsEnd = -1;
+  let returnPromptTextStart = -1;
+  let returnPromptTextEnd = -1;
+  let truncateStart = -1;
+  let echoEnd = -1;
 
   i = skipWhitespace(b, i + 1, n);
   if (i < n && b[i] === RBRACE) {
@@ -299,6 +385,7 @@ function peek(b: Uint8Array): PeekedRequest {
           break;
         case ECHO:
           echoStart = valueStart;
+          echoEnd = i;
           break;
         case TOOLS:
           toolsStart = valueStart;
@@ -324,6 +411,20 @@ function peek(b: Uint8Array): PeekedRequest {
           kwargsStart = valueStart;
           kwargsEnd = i;
           break;
+        case PROMPT_LOGPROBS:
+          promptLogprobsStart = valueStart;
+          break;
+        case RETURN_TOKEN_IDS:
+          returnTokenIdsStart = valueStart;
+          returnTokenIdsEnd = i;
+          break;
+        case RETURN_PROMPT_TEXT:
+          returnPromptTextStart = valueStart;
+          returnPromptTextEnd = i;
+          break;
+        case TRUNCATE_PROMPT_TOKENS:
+          truncateStart = valueStart;
+          break;
       }
       i = skipWhitespace(b, i, n);
       if (i < n && b[i] === COMMA) {
@@ -347,14 +448,15 @@ function peek(b: Uint8Array): PeekedRequest {
   }
   const model = decodeString(b, modelStart + 1, modelEnd - 1);
 
+  // Read as vLLM's pydantic reads it: "true", "yes", 1 … stream, and the gateway must answer
+  // a stream to a client who asked for one however it spelled it.
   let stream: boolean | undefined;
   if (streamStart >= 0) {
-    const c = b[streamStart];
-    if (c === LOWER_T) stream = true;
-    else if (c === LOWER_F) stream = false;
-    else if (c !== LOWER_N) {
+    const v = laxBool(b, streamStart, streamEnd);
+    if (v === NOT_BOOL) {
       throw RequestPeekError.field('stream', 'stream must be a boolean or null', streamStart);
     }
+    stream = v === undefined ? undefined : v === 1;
   }
   const maxTokens = tokenCount(b, maxTokensStart, maxTokensEnd, 'max_tokens');
   const maxCompletionTokens = tokenCount(
@@ -381,11 +483,9 @@ function peek(b: Uint8Array): PeekedRequest {
   // vLLM's `priority` orders its own queue and picks whom it preempts under a priority
   // policy (vllm/v1/core/sched/scheduler.py): a client setting it would pass the release
   // order Sluice keeps (the x-sluice-priority header, capped per tenant).
+  // A 0 in any form pydantic reads as 0 ("0", false, 0.0) is the default, and passes.
   if (priorityStart >= 0 && b[priorityStart] !== LOWER_N) {
-    const c = b[priorityStart]!;
-    const value =
-      c === MINUS || (c >= ZERO && c <= NINE) ? numberValue(b, priorityStart, priorityEnd) : NaN;
-    if (value !== 0)
+    if (laxInt(b, priorityStart, priorityEnd) !== 0)
       throw RequestPeekError.field(
         'priority',
         'priority is set by Sluice (the x-sluice-priority header), not by the body: send 0 or leave it out',
@@ -396,14 +496,17 @@ function peek(b: Uint8Array): PeekedRequest {
   if (kwargsStart >= 0 && b[kwargsStart] === LOWER_N) kwargsStart = -1;
   if (toolsStart >= 0 && b[toolsStart] === LOWER_N) toolsStart = -1;
   if (documentsStart >= 0 && b[documentsStart] === LOWER_N) documentsStart = -1;
-  // Never refused (it gates nothing): only a plain false is false, since vLLM's pydantic also
-  // reads 1, "yes", "true" … as true and the rewrite must not prefix a prompt it may echo.
-  let echo: boolean | undefined;
-  if (echoStart >= 0) {
-    const c = b[echoStart];
-    if (c === LOWER_F) echo = false;
-    else if (c !== LOWER_N) echo = true;
-  }
+  // What vLLM returns or truncates of the prompt: the rewrite leaves such a prompt alone.
+  // Never refused (they gate nothing). prompt_logprobs and truncate_prompt_tokens are on with
+  // any value but null: every value vLLM takes is an integer (false as 0), and even the
+  // smallest does something: prompt_logprobs 0 scores every prompt token (0 is the number of
+  // extra candidates per position), truncate_prompt_tokens -1 truncates to the context window
+  // and 0 to nothing (vllm/renderers/params.py `TokenizeParams._token_truncation`).
+  const echo = flag(b, echoStart, echoEnd);
+  const returnTokenIds = flag(b, returnTokenIdsStart, returnTokenIdsEnd);
+  const returnPromptText = flag(b, returnPromptTextStart, returnPromptTextEnd);
+  const promptLogprobs = promptLogprobsStart >= 0 && b[promptLogprobsStart] !== LOWER_N;
+  const truncatePromptTokens = truncateStart >= 0 && b[truncateStart] !== LOWER_N;
 
   return {
     model,
@@ -412,6 +515,10 @@ function peek(b: Uint8Array): PeekedRequest {
     maxCompletionTokens,
     minTokens,
     echo,
+    promptLogprobs,
+    returnTokenIds,
+    returnPromptText,
+    truncatePromptTokens,
     n: choices,
     prompts,
     messages: span(messagesStart, messagesEnd),

@@ -25,23 +25,25 @@ export interface RewritePlan {
    * Without a system message first, the instruction goes in front of the first user message's
    * text in either mode. Never a new message: many chat templates refuse a second system
    * message (vLLM's examples/tool_chat_template_mistral3.jinja), and some any system message
-   * (Gemma's "System role not supported").
+   * (Gemma's "System role not supported"). No instruction at all for a request with which vLLM
+   * returns or truncates its prompt: see `promptMustStay`.
    */
   readonly systemPrompt: 'prepend' | 'append';
   /**
    * completion: put `${instruction}\n\n` in front of a string prompt (or a one-string array
    * prompt); false = leave the prompt untouched. Token-id prompts are never touched, nor is a
-   * prompt the engine will echo back (`echo` not false).
+   * prompt vLLM returns or truncates (`echo`, `prompt_logprobs`, `return_token_ids`,
+   * `truncate_prompt_tokens`: see `promptMustStay`).
    */
   readonly completionPrefix: boolean;
   /**
    * Scale for the token limit: `max_tokens` and/or `max_completion_tokens`, whichever the client
    * sent (both if both), rounded, floored at `minMaxTokens` and at the request's `min_tokens`,
    * never raised above the original. A limit the client left to the context window is never
-   * set, and a request that constrains its output (tool_choice `required` or a named tool,
-   * response_format other than `text`, vLLM's guided_* or structured_outputs) keeps its
-   * limits: see `plannedMaxTokens` and the README. 1 = leave token limits alone. A finite
-   * number ≥ 0.
+   * set, and a request that constrains its output (chat with `tools` unless tool_choice is
+   * `none`, tool_choice `required` or a named tool, response_format other than `text`, vLLM's
+   * guided_* or structured_outputs) keeps its limits: see `plannedMaxTokens` and the README.
+   * 1 = leave token limits alone. A finite number ≥ 0.
    */
   readonly maxTokensFactor: number;
   /** Floor of a scaled limit; an integer ≥ 1 (vLLM refuses `max_tokens` 0). */
@@ -208,17 +210,15 @@ export function rewriteRequest(
   // scanString may read the body a word at a time while it is bound.
   bindWords(body);
   try {
-    if (instruction !== undefined && instruction !== '') {
+    // The token limit is scaled below even where the prompt must stay as it is.
+    if (instruction !== undefined && instruction !== '' && !promptMustStay(peeked, plan.endpoint)) {
       const text = encoded(instruction);
       if (plan.endpoint === 'chat') {
         if (peeked.messages !== undefined) {
           const edit = instructMessages(body, peeked.messages, text, plan.systemPrompt);
           if (edit !== undefined) edits.push(edit);
         }
-      } else if (plan.completionPrefix && peeked.prompt !== undefined && peeked.echo !== true) {
-        // With echo, vLLM returns the prompt it was given ahead of the answer
-        // (vllm/entrypoints/openai/completion/serving.py): a prefix would come back to the
-        // client as if it were part of their prompt. The token limit is still scaled below.
+      } else if (plan.completionPrefix && peeked.prompt !== undefined) {
         const edit = prefixPrompt(body, peeked.prompt, text);
         if (edit !== undefined) edits.push(edit);
       }
@@ -226,12 +226,43 @@ export function rewriteRequest(
     if (plan.maxTokensFactor !== 1) {
       const limits = limitEdits(body, peeked, plan);
       // Only a request whose limits would change pays for the scan of its top-level keys.
-      if (limits.length > 0 && !constrainsOutput(body, peeked)) edits.push(...limits);
+      if (limits.length > 0 && !constrainsOutput(body, peeked, plan.endpoint)) {
+        edits.push(...limits);
+      }
     }
   } finally {
     releaseWords();
   }
   return edits.length === 0 ? asBuffer(body) : splice(body, edits);
+}
+
+/**
+ * Whether vLLM would hand the client back, or score, or cut, the prompt it is given, so that
+ * an instruction added to it would reach the client as part of their own prompt, or change
+ * what of it the engine keeps. On both endpoints:
+ * - `echo`: completions send the prompt back ahead of the answer
+ *   (vllm/entrypoints/openai/completion/serving.py); chat sends the last message back when its
+ *   role is the answer's, i.e. with `add_generation_prompt: false` (`get_chat_request_role`,
+ *   vllm/entrypoints/openai/chat_completion/serving.py). On both, echo without
+ *   `prompt_logprobs` sets it to `logprobs` / `top_logprobs` (`to_sampling_params`,
+ *   completion/protocol.py and chat_completion/protocol.py), so the prompt's tokens come back
+ *   scored, instruction included.
+ * - `prompt_logprobs`, any value but null (0 included): the response's `prompt_logprobs`.
+ * - `return_token_ids`: the response's `prompt_token_ids`.
+ * - `truncate_prompt_tokens`: the prompt is cut to N tokens, by default keeping the last N
+ *   (vllm/renderers/params.py `_token_truncation`): the instruction would be cut in part or
+ *   whole, or, where the first N are kept, push the end of the client's prompt out.
+ * On chat only, `return_prompt_text`: the response's `prompt_text`, the rendered prompt
+ * (completions have no such field and ignore it).
+ */
+function promptMustStay(p: PeekedRequest, endpoint: 'chat' | 'completion'): boolean {
+  return (
+    p.echo === true ||
+    p.promptLogprobs ||
+    p.returnTokenIds === true ||
+    p.truncatePromptTokens ||
+    (endpoint === 'chat' && p.returnPromptText === true)
+  );
 }
 
 /** The body with `edits` applied, built from slices in ascending order with one copy. */
@@ -610,6 +641,21 @@ function shortString(b: Uint8Array, s: number, e: number, max: number): string |
   return e - s <= max ? decodeString(b, s, e) : undefined;
 }
 
+/** Whether the value [s, e) is the string `none` (escapes allowed). */
+function isNone(b: Uint8Array, s: number, e: number): boolean {
+  return b[s] === 0x22 /* " */ && shortString(b, s + 1, e - 1, 4 * 6) === 'none';
+}
+
+/**
+ * Whether `tools` is an array with at least one element. vLLM refuses an empty one (or, before
+ * it did, treated it as no tools: `check_tool_usage` only defaults tool_choice for a truthy
+ * `tools`).
+ */
+function listsTools(b: Uint8Array, tools: ByteSpan | undefined): boolean {
+  if (tools === undefined || b[tools.start] !== 0x5b /* [ */) return false;
+  return b[skipWhitespace(b, tools.start + 1, tools.end)] !== 0x5d; /* ] */
+}
+
 /** Whether the value [s, e) of constraint key `id` constrains the output. */
 function constrains(b: Uint8Array, id: number, s: number, e: number): boolean {
   const c = b[s];
@@ -640,15 +686,29 @@ function constrains(b: Uint8Array, id: number, s: number, e: number): boolean {
 }
 
 /**
- * Whether the request constrains its output (see CONSTRAINT_KEYS): one pass over the
- * top-level members, where the values the peek found (messages, prompt, tools, documents) are
- * stepped over by their spans and the rest skipped by counting brackets. The last of duplicate
- * keys counts, as with JSON.parse and Python's json.loads.
+ * Whether the request constrains its output (see CONSTRAINT_KEYS), or, on chat, lists tools
+ * with a tool_choice other than "none": one pass over the top-level members, where the values
+ * the peek found (messages, prompt, tools, documents) are stepped over by their spans and the
+ * rest skipped by counting brackets. The last of duplicate keys counts, as with JSON.parse and
+ * Python's json.loads.
+ *
+ * Tools: vLLM sets tool_choice to "auto" when `tools` comes without it (`check_tool_usage`,
+ * vllm/entrypoints/openai/chat_completion/protocol.py; protocol.py in older trees), and with
+ * "auto" (or an explicit null) the model may answer with a tool call, which the tool parser
+ * reads as JSON (vllm/entrypoints/openai/chat_completion/serving.py parses deltas whenever
+ * tool_choice is not "none"). Cut short, the call does not parse and the client gets the raw
+ * `<tool_call>{"name":…` text with finish_reason "length". Only "none" leaves the answer text.
+ * Completions have no tools (vLLM ignores the field there), so they count only on chat.
  */
-function constrainsOutput(b: Uint8Array, p: PeekedRequest): boolean {
+function constrainsOutput(
+  b: Uint8Array,
+  p: PeekedRequest,
+  endpoint: 'chat' | 'completion',
+): boolean {
   const n = p.objectEnd + 1;
   const known = [p.messages, p.prompt, p.tools, p.documents];
   let found = 0; // bit k: the last constraint key k seen constrains
+  let toolChoiceNone = false; // whether the last tool_choice is the string none
   let i = skipWhitespace(b, p.objectStart + 1, n);
   while (i < n && b[i] === 0x22 /* " */) {
     const key = i + 1;
@@ -663,10 +723,12 @@ function constrainsOutput(b: Uint8Array, p: PeekedRequest): boolean {
     if (id >= 0) {
       if (constrains(b, id, value, end)) found |= 1 << id;
       else found &= ~(1 << id);
+      if (id === TOOL_CHOICE) toolChoiceNone = isNone(b, value, end);
     }
     i = skipWhitespace(b, end, n);
     if (b[i] !== 0x2c /* , */) break; // '}': the object ends
     i = skipWhitespace(b, i + 1, n);
   }
-  return found !== 0;
+  if (found !== 0) return true;
+  return endpoint === 'chat' && !toolChoiceNone && listsTools(b, p.tools);
 }

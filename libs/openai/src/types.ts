@@ -7,17 +7,25 @@ export interface ByteSpan {
 /**
  * The top-level fields Sluice needs from an OpenAI chat/completions request, and where their
  * values sit in the body so a rewrite can splice bytes instead of re-serialising. Every
- * property is always present (undefined when absent); `null` counts as absent for every
- * field but `model`.
+ * property is always present (undefined when absent, false for the two flags that are plain
+ * booleans); `null` counts as absent for every field but `model`. Numbers and booleans are
+ * read as vLLM's pydantic reads them in lax mode (see lax.ts): `"max_tokens":"100"` is 100,
+ * `"stream":"true"` is true.
  */
 export interface PeekedRequest {
   /** `model`, unescaped. */
   readonly model: string;
-  /** `stream`; undefined when absent or null. */
+  /**
+   * `stream` (true, false, 0, 1, or a string pydantic reads as a bool: "true", "no" …);
+   * undefined when absent or null.
+   */
   readonly stream: boolean | undefined;
-  /** `max_tokens`; undefined when absent or null. */
+  /**
+   * `max_tokens` (a number without a fraction, true / false as 1 / 0, or a string of an
+   * integer: "100", " 100 ", "1_000"); undefined when absent or null.
+   */
   readonly maxTokens: number | undefined;
-  /** `max_completion_tokens`; undefined when absent or null. */
+  /** `max_completion_tokens`, read as `maxTokens`; undefined when absent or null. */
   readonly maxCompletionTokens: number | undefined;
   /**
    * `min_tokens` (a vLLM extra on both endpoints); undefined when absent or null. Read so that
@@ -25,12 +33,36 @@ export interface PeekedRequest {
    */
   readonly minTokens: number | undefined;
   /**
-   * `echo`: false for `false`, true for any other value (vLLM's pydantic reads `1`, `"yes"`,
-   * `"true"` … as true, and a prompt that may be echoed must not be prefixed); undefined when
-   * absent or null.
+   * `echo`, as vLLM's pydantic reads a bool: false for false, 0, and "0", "f", "n", "no",
+   * "off", "false" in any case; true for true, 1, "yes" … and for any value pydantic refuses
+   * (vLLM answers 400 to those, and a prompt that may be echoed must not be touched); undefined
+   * when absent or null. With it vLLM sends the prompt back: completions ahead of the answer,
+   * chat the last message when it is the answer's role, and both the prompt's logprobs.
    */
   readonly echo: boolean | undefined;
-  /** `n`, choices per prompt (a positive integer); undefined when absent or null. */
+  /**
+   * Whether `prompt_logprobs` is set (any value but null; 0 is set: it scores every prompt
+   * token). vLLM returns the logprobs of the prompt as it tokenized it, on both endpoints.
+   */
+  readonly promptLogprobs: boolean;
+  /**
+   * vLLM's `return_token_ids`, read as `echo`: with it the response carries
+   * `prompt_token_ids`, the prompt as the engine got it. Undefined when absent or null.
+   */
+  readonly returnTokenIds: boolean | undefined;
+  /**
+   * vLLM's `return_prompt_text` (chat only; completions ignore it), read as `echo`: with it
+   * the response carries `prompt_text`, the rendered chat prompt. Undefined when absent or
+   * null.
+   */
+  readonly returnPromptText: boolean | undefined;
+  /**
+   * Whether vLLM's `truncate_prompt_tokens` is set (any value but null): the prompt is cut to
+   * that many tokens, from the left by default, so anything added to it changes what of the
+   * client's prompt is kept.
+   */
+  readonly truncatePromptTokens: boolean;
+  /** `n`, choices per prompt (a positive integer, read as `maxTokens`); undefined when absent or null. */
   readonly n: number | undefined;
   /**
    * Prompts in `prompt`: the elements of a batch (an array of strings or of token-id arrays),

@@ -81,6 +81,38 @@ export const anyString = fc.oneof(
   fc.constantFrom('', 'gpt-4o', 'meta-llama/Llama-3.1-8B-Instruct', 'café-模型-😀', '\u2028'),
 );
 const json = fc.jsonValue({ maxDepth: 3 });
+/**
+ * Strings in an int field: integers as pydantic's lax mode takes them (padded, signed, with
+ * underscores or a zero fraction), and near misses it refuses.
+ */
+export const laxIntString: fc.Arbitrary<Value> = fc.oneof(
+  fc.nat(100_000).map(String),
+  fc
+    .tuple(
+      fc.constantFrom('', ' ', '\t', '\n ', '\u00a0', '\u2003', '\ufeff'),
+      fc.constantFrom('', '+', '-', '0', '00', '+0'),
+      fc.nat(100_000),
+      fc.constantFrom('', '.0', '.00', '.', '.5', 'e2', '_0', '__0', '_'),
+      fc.constantFrom('', ' ', '\r\n', '\u0085', 'x'),
+    )
+    .map(([lead, sign, v, tail, trail]) => `${lead}${sign}${v}${tail}${trail}`),
+  fc.constantFrom('', ' ', '1_000', '0x10', '1e2', '9007199254740992', 'true', 'null', '٣'),
+);
+/** Strings in a bool field: words pydantic's lax mode takes in any case, and near misses. */
+export const laxBoolString: fc.Arbitrary<Value> = fc
+  .tuple(
+    fc.constantFrom('0', '1', 't', 'f', 'y', 'n', 'on', 'no', 'off', 'yes', 'true', 'false'),
+    fc.constantFrom('', '', 'upper', 'capital', ' ', 'x'),
+  )
+  .map(([word, how]) =>
+    how === 'upper'
+      ? word.toUpperCase()
+      : how === 'capital'
+        ? word.charAt(0).toUpperCase() + word.slice(1)
+        : how === ' '
+          ? ` ${word}`
+          : word + how,
+  );
 const tokenNumber = fc.oneof(
   fc.nat(100_000).map((v) => v as Value),
   fc
@@ -99,6 +131,9 @@ const tokenNumber = fc.oneof(
     .map((t) => new RawNumber(t) as Value),
   fc.integer({ min: -5, max: 5 }),
   fc.double(),
+  // as strings and booleans, which vLLM's lax pydantic reads as integers (or refuses)
+  laxIntString,
+  fc.boolean(),
 );
 export const message = fc.record({
   role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
@@ -115,16 +150,32 @@ const toolDefinition = fc.record({ type: fc.constant('function'), function: func
 /** Candidate values of each field Sluice reads: mostly the right type, sometimes not. */
 const fieldValues: Record<string, fc.Arbitrary<Value>> = {
   model: fc.oneof({ weight: 6, arbitrary: anyString }, { weight: 1, arbitrary: json }),
-  stream: fc.oneof(fc.boolean(), fc.constant(null), json),
+  stream: fc.oneof(
+    { weight: 2, arbitrary: fc.boolean() },
+    fc.constant(null),
+    laxBoolString,
+    fc.constantFrom(0, 1, 2, 1.0, 0.5),
+    json,
+  ),
   max_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
   max_completion_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
   min_tokens: fc.oneof({ weight: 4, arbitrary: tokenNumber }, fc.constant(null), json),
-  echo: fc.oneof(fc.boolean(), fc.constant(null), json),
-  n: fc.oneof({ weight: 4, arbitrary: fc.integer({ min: 0, max: 8 }) }, fc.constant(null), json),
+  echo: fc.oneof(fc.boolean(), fc.constant(null), laxBoolString, json),
+  prompt_logprobs: fc.oneof(fc.constantFrom(0, 1, -1, null, false), json),
+  return_token_ids: fc.oneof(fc.boolean(), fc.constant(null), laxBoolString, json),
+  return_prompt_text: fc.oneof(fc.boolean(), fc.constant(null), laxBoolString, json),
+  truncate_prompt_tokens: fc.oneof(fc.constantFrom(0, 5, -1, null), json),
+  n: fc.oneof(
+    { weight: 4, arbitrary: fc.integer({ min: 0, max: 8 }) },
+    fc.constant(null),
+    laxIntString,
+    json,
+  ),
   priority: fc.oneof(
     { weight: 2, arbitrary: fc.constant(0) },
     fc.integer(),
     fc.constant(null),
+    fc.constantFrom('0', ' 0', '+0', '0.0', false, true, '1'),
     json,
   ),
   chat_template: fc.oneof(anyString, fc.constant(null), json),
@@ -224,6 +275,11 @@ export const tokenSoup: fc.Arbitrary<string> = fc
         '"max_completion_tokens"',
         '"min_tokens"',
         '"echo"',
+        '"prompt_logprobs"',
+        '"return_token_ids"',
+        '"truncate_prompt_tokens"',
+        '"5"',
+        '"true"',
         '"tools"',
         '"documents"',
         '"mod\\u0065l"',

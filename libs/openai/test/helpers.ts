@@ -29,14 +29,74 @@ export type Expected =
       readonly maxCompletionTokens: number | undefined;
       readonly minTokens: number | undefined;
       readonly echo: boolean | undefined;
+      readonly promptLogprobs: boolean;
+      readonly returnTokenIds: boolean | undefined;
+      readonly returnPromptText: boolean | undefined;
+      readonly truncatePromptTokens: boolean;
       readonly n: number | undefined;
       readonly prompts: number;
     };
 
-function tokenCount(value: unknown): number | undefined | 'bad' {
+/** Rust's `str::trim` whitespace (Unicode White_Space), at either end of a string. */
+const WS_EDGES =
+  /^[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t-\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g;
+const JSON_INT = /^-?(0|[1-9][0-9]*)$/;
+
+/**
+ * What pydantic's lax `int` makes of a JSON value, written out from pydantic-core's
+ * `str_as_int` / `clean_int_str` (src/input/shared.rs) step by step with regular expressions,
+ * apart from the code under test; test/lax.test.ts checks it against what pydantic answered.
+ * Undefined for null or absent, 'bad' for what pydantic refuses.
+ */
+export function pydanticInt(value: unknown): number | undefined | 'bad' {
   if (value === undefined || value === null) return undefined;
-  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value + 0;
+  if (typeof value === 'boolean') return value ? 1 : 0;
+  if (typeof value === 'number') return Number.isInteger(value) ? value + 0 : 'bad';
+  if (typeof value !== 'string') return 'bad';
+  if (JSON_INT.test(value)) return Number(value) + 0;
+  let s = value.replace(WS_EDGES, '');
+  // one '+' not followed by '-', then one '-' not followed by a sign
+  const sign = /^(?:\+(?!-))?(-(?![-+]))?/.exec(s)!;
+  s = s.slice(sign[0].length);
+  const zeros = /^0[0_]*/.exec(s);
+  if (zeros !== null) {
+    const rest = s.slice(zeros[0].length);
+    if (rest === '') s = s.slice(-1);
+    else if (/^[1-9-]/.test(rest)) s = rest;
+    else if (rest.startsWith('.')) s = s.slice(zeros[0].length - 1);
+    else return 'bad';
+  } else if (!/^[1-9-]/.test(s)) {
+    return 'bad';
+  }
+  s = s.replace(/^([^.]*)\.0+$/, '$1');
+  if (s.includes('_') && !/^_|_$|__/.test(s)) s = s.replace(/_/g, '');
+  const out = (sign[1] ?? '') + s;
+  return JSON_INT.test(out) ? Number(out) + 0 : 'bad';
+}
+
+/** What pydantic's lax `bool` makes of a JSON value (`str_as_bool`, `int_as_bool`). */
+export function pydanticBool(value: unknown): boolean | undefined | 'bad' {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'boolean') return value;
+  if (value === 0 || value === 1) return value === 1;
+  if (value === '0' || value === '1') return value === '1';
+  if (typeof value !== 'string' || /[\u0080-\uffff]/.test(value)) return 'bad';
+  const word = value.toLowerCase();
+  if (['t', 'y', 'on', 'yes', 'true'].includes(word)) return true;
+  if (['f', 'n', 'no', 'off', 'false'].includes(word)) return false;
   return 'bad';
+}
+
+/** A flag that only decides whether the prompt may be touched: any value but false is on. */
+export function promptFlag(value: unknown): boolean | undefined {
+  const v = pydanticBool(value);
+  return v === undefined ? undefined : v !== false;
+}
+
+function tokenCount(value: unknown, min = 0): number | undefined | 'bad' {
+  const v = pydanticInt(value);
+  if (v === undefined) return undefined;
+  return v !== 'bad' && Number.isSafeInteger(v) && v >= min ? v : 'bad';
 }
 
 /** The oracle: JSON.parse of the body's text, then the documented field rules. */
@@ -53,28 +113,26 @@ export function expectedFor(body: Uint8Array): Expected {
   const parsed = value as Record<string, unknown>;
   const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
   if (typeof get('model') !== 'string') return { kind: 'field', field: 'model' };
-  const stream = get('stream');
-  if (stream !== undefined && stream !== null && typeof stream !== 'boolean') {
-    return { kind: 'field', field: 'stream' };
-  }
+  const stream = pydanticBool(get('stream'));
+  if (stream === 'bad') return { kind: 'field', field: 'stream' };
   const maxTokens = tokenCount(get('max_tokens'));
   if (maxTokens === 'bad') return { kind: 'field', field: 'max_tokens' };
   const maxCompletionTokens = tokenCount(get('max_completion_tokens'));
   if (maxCompletionTokens === 'bad') return { kind: 'field', field: 'max_completion_tokens' };
   const minTokens = tokenCount(get('min_tokens'));
   if (minTokens === 'bad') return { kind: 'field', field: 'min_tokens' };
-  // echo is never refused: false is false, null or absent undefined, anything else true.
-  const echoValue = get('echo');
-  const echo = echoValue === undefined || echoValue === null ? undefined : echoValue !== false;
+  // The prompt flags are never refused: what pydantic reads as false is false, null or
+  // absent undefined, anything else true.
+  const echo = promptFlag(get('echo'));
+  const set = (key: string) => get(key) !== undefined && get(key) !== null;
   const messages = get('messages');
   if (messages !== undefined && messages !== null && !Array.isArray(messages)) {
     return { kind: 'field', field: 'messages' };
   }
-  const n = tokenCount(get('n'));
-  if (n === 'bad' || n === 0) return { kind: 'field', field: 'n' };
-  const priority = get('priority');
-  if (priority !== undefined && priority !== null && priority !== 0)
-    return { kind: 'field', field: 'priority' };
+  const n = tokenCount(get('n'), 1);
+  if (n === 'bad') return { kind: 'field', field: 'n' };
+  const priority = pydanticInt(get('priority'));
+  if (priority !== undefined && priority !== 0) return { kind: 'field', field: 'priority' };
   // Prompts of a batch: an array whose first element is not a number (token ids are one).
   const prompt = get('prompt');
   const prompts =
@@ -83,11 +141,15 @@ export function expectedFor(body: Uint8Array): Expected {
     kind: 'ok',
     parsed,
     model: get('model') as string,
-    stream: (stream ?? undefined) as boolean | undefined,
+    stream,
     maxTokens,
     maxCompletionTokens,
     minTokens,
     echo,
+    promptLogprobs: set('prompt_logprobs'),
+    returnTokenIds: promptFlag(get('return_token_ids')),
+    returnPromptText: promptFlag(get('return_prompt_text')),
+    truncatePromptTokens: set('truncate_prompt_tokens'),
     n,
     prompts,
   };
@@ -140,6 +202,10 @@ export function checkAgainstOracle(body: Uint8Array): PeekedRequest | RequestPee
   expect(result.maxCompletionTokens).toBe(expected.maxCompletionTokens);
   expect(result.minTokens).toBe(expected.minTokens);
   expect(result.echo).toBe(expected.echo);
+  expect(result.promptLogprobs).toBe(expected.promptLogprobs);
+  expect(result.returnTokenIds).toBe(expected.returnTokenIds);
+  expect(result.returnPromptText).toBe(expected.returnPromptText);
+  expect(result.truncatePromptTokens).toBe(expected.truncatePromptTokens);
   expect(result.n).toBe(expected.n);
   expect(result.prompts).toBe(expected.prompts);
   checkSpan(body, parsed, 'messages', result.messages, true);

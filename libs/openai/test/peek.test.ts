@@ -23,6 +23,10 @@ describe('peekRequest: a chat request', () => {
       maxCompletionTokens: undefined,
       minTokens: undefined,
       echo: undefined,
+      promptLogprobs: false,
+      returnTokenIds: undefined,
+      returnPromptText: undefined,
+      truncatePromptTokens: false,
       n: undefined,
       prompts: 1,
       messages: { start, end: at(body, '],') + 1 },
@@ -216,13 +220,36 @@ describe('peekRequest: stream and messages', () => {
     expect(peek('{"model":"m"}').streamSpan).toBeUndefined();
   });
 
-  it.each(['"true"', '1', '0', '[]', '{}'])('refuses stream: %s', (value) => {
-    const error = peekError(`{"model":"m","stream":${value}}`);
-    expect(error.code).toBe('ERR_FIELD');
-    expect(error.field).toBe('stream');
-    expect(error.message).toBe('stream must be a boolean or null');
-    expect(error.offset).toBe(22);
+  // vLLM's pydantic reads these as booleans (lax mode): a client sending one gets a stream,
+  // or not, from vLLM, and must get the same from Sluice.
+  it.each([
+    ['"true"', true],
+    ['"True"', true],
+    ['"yes"', true],
+    ['"on"', true],
+    ['"1"', true],
+    ['1', true],
+    ['1.0', true],
+    ['"false"', false],
+    ['"OFF"', false],
+    ['"n"', false],
+    ['0', false],
+    ['-0', false],
+    ['"\u0074rue"', true],
+  ])('reads stream %s as %s', (value, stream) => {
+    expect(peek(`{"model":"m","stream":${value}}`).stream).toBe(stream);
   });
+
+  it.each(['"maybe"', '" true"', '"true "', '""', '2', '0.5', '-1', '[]', '{}'])(
+    'refuses stream: %s',
+    (value) => {
+      const error = peekError(`{"model":"m","stream":${value}}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('stream');
+      expect(error.message).toBe('stream must be a boolean or null');
+      expect(error.offset).toBe(22);
+    },
+  );
 
   it('refuses messages that are not an array; null is absent', () => {
     expect(peek('{"model":"m","messages":null}').messages).toBeUndefined();
@@ -248,13 +275,26 @@ describe('peekRequest: min_tokens and echo', () => {
     expect(peek(`{"model":"m","min\\u005ftokens":${text}}`).minTokens).toBe(value);
   });
 
-  it.each(['-1', '1.5', '1e400', '"5"', 'true', '[5]'])('refuses min_tokens: %s', (text) => {
-    const error = peekError(`{"model":"m","min_tokens":${text}}`);
-    expect(error.code).toBe('ERR_FIELD');
-    expect(error.field).toBe('min_tokens');
-    expect(error.message).toBe('min_tokens must be a non-negative integer or null');
-    expect(error.offset).toBe(26);
+  it.each([
+    ['"5"', 5],
+    ['" 500 "', 500],
+    ['"5_00"', 500],
+    ['true', 1],
+    ['false', 0],
+  ])("reads min_tokens %s as %s, as vLLM's pydantic does", (text, value) => {
+    expect(peek(`{"model":"m","min_tokens":${text}}`).minTokens).toBe(value);
   });
+
+  it.each(['-1', '1.5', '1e400', '"-5"', '"5e2"', '"five"', '[5]'])(
+    'refuses min_tokens: %s',
+    (text) => {
+      const error = peekError(`{"model":"m","min_tokens":${text}}`);
+      expect(error.code).toBe('ERR_FIELD');
+      expect(error.field).toBe('min_tokens');
+      expect(error.message).toBe('min_tokens must be a non-negative integer or null');
+      expect(error.offset).toBe(26);
+    },
+  );
 
   it('checks min_tokens after the limits and before messages', () => {
     expect(peekError('{"model":"m","min_tokens":-1,"max_completion_tokens":-1}').field).toBe(
@@ -263,15 +303,19 @@ describe('peekRequest: min_tokens and echo', () => {
     expect(peekError('{"model":"m","messages":1,"min_tokens":-1}').field).toBe('min_tokens');
   });
 
-  it('reads echo: false is false, null or absent undefined, any other value true', () => {
+  it('reads echo as pydantic does: false for its false values, true for any other', () => {
     expect(peek('{"model":"m"}').echo).toBeUndefined();
     expect(peek('{"model":"m","echo":null}').echo).toBeUndefined();
     expect(peek('{"model":"m","echo":false}').echo).toBe(false);
     expect(peek('{"model":"m","echo":true}').echo).toBe(true);
     expect(peek('{"model":"m","ech\\u006f":true}').echo).toBe(true);
-    // never refused: vLLM's pydantic reads 1, "yes", "true" … as true, and the rewrite only
-    // needs to know whether the prompt may come back
-    for (const value of ['1', '0', '"yes"', '"false"', '[]', '{}']) {
+    // vLLM's pydantic reads 0, "false", "no", "off" … as false: no echo
+    for (const value of ['0', '0.0', '"0"', '"false"', '"No"', '"off"', '"f"', '"n"']) {
+      expect(peek(`{"model":"m","echo":${value}}`).echo).toBe(false);
+    }
+    // and 1, "yes", "true" … as true. Never refused: a value pydantic refuses (vLLM answers
+    // 400) counts as on, so that the rewrite leaves the prompt alone.
+    for (const value of ['1', '"yes"', '"TRUE"', '"on"', '2', '"maybe"', '[]', '{}']) {
       expect(peek(`{"model":"m","echo":${value}}`).echo).toBe(true);
     }
     expect(peek('{"model":"m","echo":true,"echo":false}').echo).toBe(false);
@@ -279,6 +323,59 @@ describe('peekRequest: min_tokens and echo', () => {
     expect(peek('{"model":"m","x":{"echo":true,"min_tokens":5}}')).toMatchObject({
       echo: undefined,
       minTokens: undefined,
+    });
+  });
+});
+
+describe('peekRequest: the fields with which vLLM returns or truncates the prompt', () => {
+  it('reads prompt_logprobs and truncate_prompt_tokens as set for any value but null', () => {
+    // prompt_logprobs 0 scores every prompt token (0 extra candidates); truncate_prompt_tokens
+    // -1 truncates to the context window, 0 to nothing
+    for (const value of ['0', '1', '-1', '5', 'false', '"0"', '[]']) {
+      expect(peek(`{"model":"m","prompt_logprobs":${value}}`).promptLogprobs).toBe(true);
+      expect(peek(`{"model":"m","truncate_prompt_tokens":${value}}`).truncatePromptTokens).toBe(
+        true,
+      );
+    }
+    for (const body of ['{"model":"m"}', '{"model":"m","prompt_logprobs":null}']) {
+      expect(peek(body).promptLogprobs).toBe(false);
+    }
+    expect(peek('{"model":"m","truncate_prompt_tokens":null}').truncatePromptTokens).toBe(false);
+    // escaped keys, the last of duplicates, nested ones not the request's
+    expect(peek('{"model":"m","prompt_l\\u006fgprobs":0}').promptLogprobs).toBe(true);
+    expect(peek('{"model":"m","prompt_logprobs":0,"prompt_logprobs":null}').promptLogprobs).toBe(
+      false,
+    );
+    expect(peek('{"model":"m","x":{"truncate_prompt_tokens":5}}').truncatePromptTokens).toBe(false);
+  });
+
+  it("reads return_token_ids and return_prompt_text as echo: pydantic's false values are off", () => {
+    for (const [value, on] of [
+      ['true', true],
+      ['1', true],
+      ['"yes"', true],
+      ['"maybe"', true], // refused by vLLM: counts as on
+      ['false', false],
+      ['0', false],
+      ['"false"', false],
+      ['"off"', false],
+      ['null', undefined],
+    ] as const) {
+      const r = peek(`{"model":"m","return_token_ids":${value},"return_prompt_text":${value}}`);
+      expect(r.returnTokenIds, value).toBe(on);
+      expect(r.returnPromptText, value).toBe(on);
+    }
+    expect(peek('{"model":"m"}')).toMatchObject({
+      returnTokenIds: undefined,
+      returnPromptText: undefined,
+    });
+    // keys of the same lengths that are not these
+    expect(
+      peek('{"model":"m","return_token_idz":1,"Return_prompt_text":1,"prompt_logprobz":1}'),
+    ).toMatchObject({
+      returnTokenIds: undefined,
+      returnPromptText: undefined,
+      promptLogprobs: false,
     });
   });
 });
@@ -311,14 +408,14 @@ describe('peekRequest: n and batches, the engine requests a request becomes', ()
     expect(engineRequests(body, 'completion')).toBe(8);
   });
 
-  it.each(['0', '-0', '0.0', 'null'])(
+  it.each(['0', '-0', '0.0', 'null', '"0"', '" +0.0 "', 'false'])(
     'accepts a body priority of %s: Sluice keeps the order',
     (text) => {
       expect(peek(`{"model":"m","priority":${text}}`).model).toBe('m');
     },
   );
 
-  it.each(['1', '-1000', '0.5', '"0"', 'true', '1e400'])(
+  it.each(['1', '-1000', '0.5', '"1"', '"x"', '"0.5"', 'true', '1e400', '[]'])(
     'refuses a body priority of %s',
     (text) => {
       const error = peekError(`{"model":"m","priority":${text}}`);
@@ -342,7 +439,16 @@ describe('peekRequest: n and batches, the engine requests a request becomes', ()
     });
   });
 
-  it.each(['0', '-1', '1.5', '"2"', 'true', '[2]'])('refuses n: %s', (text) => {
+  it.each([
+    ['"2"', 2],
+    ['" 3 "', 3],
+    ['"+4.0"', 4],
+    ['true', 1],
+  ])("reads n %s as %s, as vLLM's pydantic does", (text, n) => {
+    expect(peek(`{"model":"m","prompt":["a","b"],"n":${text}}`)).toMatchObject({ n });
+  });
+
+  it.each(['0', '-1', '1.5', '"0"', '"2.5"', '"two"', 'false', '[2]'])('refuses n: %s', (text) => {
     const error = peekError(`{"model":"m","n":${text}}`);
     expect(error.code).toBe('ERR_FIELD');
     expect(error.field).toBe('n');
@@ -371,19 +477,54 @@ describe('peekRequest: max_tokens and max_completion_tokens', () => {
     expect(r.maxTokensSpan).toStrictEqual({ start: 26, end: 26 + text.length });
   });
 
-  it.each(['-1', '1.5', '1e-1', '9007199254740992', '1e400', '-1e400', '"5"', 'true', '[5]', '{}'])(
-    'refuses %s, naming the field',
-    (text) => {
-      const error = peekError(`{"model":"m","max_tokens":${text}}`);
-      expect(error.code).toBe('ERR_FIELD');
-      expect(error.field).toBe('max_tokens');
-      expect(error.message).toBe('max_tokens must be a non-negative integer or null');
-      expect(error.offset).toBe(26);
-      const other = peekError(`{"model":"m","max_completion_tokens":${text}}`);
-      expect(other.field).toBe('max_completion_tokens');
-      expect(other.message).toBe('max_completion_tokens must be a non-negative integer or null');
-    },
-  );
+  // vLLM's request models run pydantic in lax mode: a string of an integer, true and false are
+  // integers there, and the gate, the estimate and the rewrite must see the number vLLM sees.
+  it.each([
+    ['"100"', 100],
+    ['" 100\\n"', 100],
+    ['"+100"', 100],
+    ['"00100"', 100],
+    ['"100.0"', 100],
+    ['"1_000"', 1000],
+    ['"-0"', 0],
+    ['"\\u0031\\u0030"', 10],
+    ['true', 1],
+    ['false', 0],
+  ])("accepts %s as %s, as vLLM's pydantic does", (text, value) => {
+    const r = peek(`{"model":"m","max_tokens":${text},"max_completion_tokens":${text}}`);
+    expect(r.maxTokens).toBe(value);
+    expect(r.maxCompletionTokens).toBe(value);
+    // the span is the whole value, quotes included, so a rewrite can write a number over it
+    expect(r.maxTokensSpan).toStrictEqual({ start: 26, end: 26 + text.length });
+  });
+
+  it.each([
+    '-1',
+    '1.5',
+    '1e-1',
+    '9007199254740992',
+    '1e400',
+    '-1e400',
+    '"-5"',
+    '"1.5"',
+    '"1e2"',
+    '"0x10"',
+    '"1__000"',
+    '"five"',
+    '""',
+    '"9007199254740992"',
+    '[5]',
+    '{}',
+  ])('refuses %s, naming the field', (text) => {
+    const error = peekError(`{"model":"m","max_tokens":${text}}`);
+    expect(error.code).toBe('ERR_FIELD');
+    expect(error.field).toBe('max_tokens');
+    expect(error.message).toBe('max_tokens must be a non-negative integer or null');
+    expect(error.offset).toBe(26);
+    const other = peekError(`{"model":"m","max_completion_tokens":${text}}`);
+    expect(other.field).toBe('max_completion_tokens');
+    expect(other.message).toBe('max_completion_tokens must be a non-negative integer or null');
+  });
 });
 
 describe('peekRequest: body shape', () => {

@@ -1,6 +1,7 @@
 import { Buffer } from 'node:buffer';
 import { expect } from 'vitest';
 import type { PeekedRequest, RewritePlan } from '../src/index.js';
+import { promptFlag, pydanticInt } from './helpers.js';
 
 /** A plan with everything off; tests switch on what they need. */
 export const basePlan: RewritePlan = {
@@ -38,15 +39,46 @@ export const GUIDED_KEYS = [
 /**
  * Whether a parsed request constrains its output: tool_choice other than auto / none,
  * response_format other than {"type":"text"}, or any guided_* / structured_outputs (null is
- * as absent throughout).
+ * as absent throughout); on chat, also a non-empty `tools` array unless tool_choice is
+ * "none" (vLLM defaults tool_choice to "auto" when tools come without it).
  */
-export function constrainsOutput(value: Record<string, unknown>): boolean {
+export function constrainsOutput(
+  value: Record<string, unknown>,
+  endpoint: 'chat' | 'completion',
+): boolean {
   const set = (key: string) => value[key] !== undefined && value[key] !== null;
   if (GUIDED_KEYS.some(set)) return true;
   const format = value.response_format;
   if (set('response_format') && !(isObject(format) && format.type === 'text')) return true;
   const choice = value.tool_choice;
-  return set('tool_choice') && choice !== 'auto' && choice !== 'none';
+  if (set('tool_choice') && choice !== 'auto' && choice !== 'none') return true;
+  const tools = value.tools;
+  return endpoint === 'chat' && Array.isArray(tools) && tools.length > 0 && choice !== 'none';
+}
+
+/**
+ * Whether vLLM returns or truncates the prompt of a parsed request, so that it gets no
+ * instruction: echo, return_token_ids (and, on chat, return_prompt_text) not false as pydantic
+ * reads a bool; prompt_logprobs or truncate_prompt_tokens set to anything but null.
+ */
+export function promptMustStay(
+  value: Record<string, unknown>,
+  endpoint: 'chat' | 'completion',
+): boolean {
+  const set = (key: string) => value[key] !== undefined && value[key] !== null;
+  return (
+    promptFlag(value.echo) === true ||
+    promptFlag(value.return_token_ids) === true ||
+    (endpoint === 'chat' && promptFlag(value.return_prompt_text) === true) ||
+    set('prompt_logprobs') ||
+    set('truncate_prompt_tokens')
+  );
+}
+
+/** A limit as vLLM's pydantic reads it; undefined when absent or null (the peek refused others). */
+export function limitOf(value: Record<string, unknown>, key: string): number | undefined {
+  const v = pydanticInt(value[key]);
+  return v === 'bad' ? undefined : v;
 }
 
 /**
@@ -56,8 +88,7 @@ export function constrainsOutput(value: Record<string, unknown>): boolean {
  * it is null (vllm/entrypoints/openai/*, vllm/entrypoints/utils.py get_max_tokens).
  */
 export function vllmLimit(value: Record<string, unknown>, endpoint: 'chat' | 'completion'): number {
-  const limit = (key: string): number | undefined =>
-    typeof value[key] === 'number' ? (value[key] as number) + 0 : undefined;
+  const limit = (key: string): number | undefined => limitOf(value, key);
   if (endpoint === 'chat') {
     return limit('max_completion_tokens') ?? limit('max_tokens') ?? Infinity;
   }
@@ -131,7 +162,7 @@ export function expectedRewrite(
   };
   const esc = (text: string) => JSON.stringify(text).slice(1, -1);
   const instruction = plan.instruction;
-  if (instruction !== undefined && instruction !== '') {
+  if (instruction !== undefined && instruction !== '' && !promptMustStay(value, plan.endpoint)) {
     const messages = value.messages;
     const target = Array.isArray(messages)
       ? instructionTarget(messages, plan.systemPrompt)
@@ -160,10 +191,7 @@ export function expectedRewrite(
       }
     }
     const prompt = value.prompt;
-    // Any echo but false, null or absent: vLLM may send the prompt back, so it is not prefixed.
-    const echo = value.echo;
-    const echoes = echo !== undefined && echo !== null && echo !== false;
-    if (plan.endpoint === 'completion' && plan.completionPrefix && !echoes) {
+    if (plan.endpoint === 'completion' && plan.completionPrefix) {
       if (typeof prompt === 'string') {
         value.prompt = `${instruction}\n\n${prompt}`;
         at(peeked.prompt!.start + 1, esc(`${instruction}\n\n`));
@@ -176,17 +204,17 @@ export function expectedRewrite(
     }
   }
   // A request that constrains its output keeps its limits.
-  if (plan.maxTokensFactor !== 1 && !constrainsOutput(value)) {
-    const sent = (key: string) => typeof value[key] === 'number';
-    const minTokens = typeof value.min_tokens === 'number' ? value.min_tokens + 0 : 0;
-    // Every limit sent is scaled, on either endpoint.
+  if (plan.maxTokensFactor !== 1 && !constrainsOutput(value, plan.endpoint)) {
+    const minTokens = limitOf(value, 'min_tokens') ?? 0;
+    // Every limit sent is scaled, on either endpoint; one sent as a string or a boolean is
+    // written back as a number.
     for (const [key, span] of [
       ['max_tokens', peeked.maxTokensSpan],
       ['max_completion_tokens', peeked.maxCompletionTokensSpan],
     ] as const) {
-      if (!sent(key)) continue;
-      const original = value[key] as number;
-      const limit = expectedLimit(original + 0, plan, minTokens);
+      const original = limitOf(value, key);
+      if (original === undefined) continue;
+      const limit = expectedLimit(original, plan, minTokens);
       if (limit === original) continue;
       value[key] = limit;
       at(span!.start, String(limit), span!.end - span!.start);

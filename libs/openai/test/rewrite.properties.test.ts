@@ -4,13 +4,23 @@ import type { JsonValue } from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { peekRequest, rewriteRequest } from '../src/index.js';
 import type { RewritePlan } from '../src/index.js';
-import { Members, RawNumber, serialize, style } from './arbitraries.js';
+import {
+  laxBoolString,
+  laxIntString,
+  Members,
+  RawNumber,
+  serialize,
+  style,
+} from './arbitraries.js';
+import { pydanticInt } from './helpers.js';
 import {
   constrainsOutput,
   expectedRewrite,
   expectSpliced,
   GUIDED_KEYS,
   instructionTarget,
+  limitOf,
+  promptMustStay,
   vllmLimit,
 } from './rewrite-helpers.js';
 
@@ -53,6 +63,13 @@ const junkKey = fc
         'messages',
         'prompt',
         'n', // validated by the peek
+        'priority',
+        'stream',
+        'tools',
+        'prompt_logprobs',
+        'return_token_ids',
+        'return_prompt_text',
+        'truncate_prompt_tokens',
         'tool_choice',
         'response_format',
         ...GUIDED_KEYS,
@@ -122,10 +139,23 @@ const messages = fc
     return list as Value;
   });
 
+/** Strings and booleans vLLM's lax pydantic reads as the integers they spell. */
+const laxLimit = fc.oneof(
+  {
+    weight: 4,
+    arbitrary: laxIntString.filter((v) => {
+      const n = pydanticInt(v);
+      return n !== 'bad' && n !== undefined && Number.isSafeInteger(n) && n >= 0;
+    }),
+  },
+  fc.boolean().map((v) => v as Value),
+);
+
 const limit = fc.oneof(
   { weight: 6, arbitrary: fc.nat(100_000).map((v) => v as Value) },
   fc.constant(null),
   fc.constantFrom('1e2', '100.0', '1E+3', '-0', '0', '5').map((t) => new RawNumber(t) as Value),
+  laxLimit,
 );
 
 /** min_tokens: mostly small against the limits above, so the floor often binds. */
@@ -134,6 +164,7 @@ const minTokens = fc.oneof(
   fc.nat(100_000).map((v) => v as Value),
   fc.constant(null),
   fc.constantFrom('5e2', '100.0', '-0').map((t) => new RawNumber(t) as Value),
+  laxLimit,
 );
 
 /** tool_choice: free ("auto", "none", null) or forcing a tool call ("required", a named tool). */
@@ -170,15 +201,44 @@ const guided = fc.tuple(
   ),
 );
 
+/** A value one time in twenty, else undefined (no such member). */
+const rarely = <T>(arbitrary: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
+  fc.oneof({ weight: 19, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary });
+
 /** A value one time in four, else undefined (no such member). */
 const sometimes = <T>(arbitrary: fc.Arbitrary<T>): fc.Arbitrary<T | undefined> =>
   fc.oneof({ weight: 3, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary });
 
-/** echo: a boolean, null, or another value vLLM's lax bool reads (as true or false). */
-const echo = fc.oneof(
+/**
+ * echo, return_token_ids, return_prompt_text: a boolean, null, or another value vLLM's lax
+ * bool reads (as true or false) or refuses.
+ */
+const flag = fc.oneof(
   { weight: 4, arbitrary: fc.boolean().map((v) => v as Value) },
   fc.constant(null),
-  fc.constantFrom(1, 0, 'yes', 'false').map((v) => v as Value),
+  fc.constantFrom(1, 0, 'yes', 'false', 'Off', 2, 'maybe').map((v) => v as Value),
+  laxBoolString,
+);
+
+/** prompt_logprobs, truncate_prompt_tokens: on with any value but null (0 and -1 included). */
+const promptCount = fc.oneof(
+  fc.constant(null),
+  fc.constantFrom(0, 1, 5, -1).map((v) => v as Value),
+);
+
+/** tools: a non-empty list (which constrains chat unless tool_choice is "none"), empty, null. */
+const tools = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc
+      .array(fc.record({ type: fc.constant('function'), function: fc.record({ name: text }) }), {
+        minLength: 1,
+        maxLength: 2,
+      })
+      .map((t) => t as Value),
+  },
+  fc.constant([] as Value),
+  fc.constant(null),
 );
 
 const prompt = fc.oneof(
@@ -202,7 +262,12 @@ const request = fc
     maxTokens: fc.option(limit, { nil: undefined }),
     maxCompletionTokens: fc.option(limit, { nil: undefined }),
     minTokens: fc.option(minTokens, { nil: undefined }),
-    echo: fc.option(echo, { nil: undefined }),
+    echo: sometimes(flag),
+    returnTokenIds: rarely(flag),
+    returnPromptText: rarely(flag),
+    promptLogprobs: rarely(promptCount),
+    truncatePromptTokens: rarely(promptCount),
+    tools: sometimes(tools),
     stream: fc.option(fc.oneof(fc.boolean(), fc.constant(null)), { nil: undefined }),
     toolChoice: sometimes(toolChoice),
     responseFormat: sometimes(responseFormat),
@@ -220,12 +285,15 @@ const request = fc
           'tool_choice',
           'response_format',
           'guided_json',
+          'tools',
+          'prompt_logprobs',
+          'return_token_ids',
         ),
         json,
       ),
       { maxLength: 2 },
     ),
-    order: fc.array(fc.nat(), { minLength: 11, maxLength: 11 }),
+    order: fc.array(fc.nat(), { minLength: 16, maxLength: 16 }),
   })
   .map((r) => {
     const entries: Entry[] = [...r.junk];
@@ -243,6 +311,11 @@ const request = fc
     add(8, 'tool_choice', r.toolChoice);
     add(9, 'response_format', r.responseFormat);
     if (r.guided !== undefined) add(10, r.guided[0], r.guided[1]);
+    add(11, 'return_token_ids', r.returnTokenIds);
+    add(12, 'return_prompt_text', r.returnPromptText);
+    add(13, 'prompt_logprobs', r.promptLogprobs);
+    add(14, 'truncate_prompt_tokens', r.truncatePromptTokens);
+    add(15, 'tools', r.tools);
     // Duplicates of a field come before its last occurrence, so the last one counts.
     for (const [key, v] of r.shadows) {
       const last = entries.findIndex(([k]) => k === key);
@@ -283,13 +356,23 @@ function check(body: Buffer, p: RewritePlan): Buffer {
 describe('rewriteRequest agrees with JSON.parse + object edits', () => {
   it('on random request bodies and plans: value, and untouched bytes', () => {
     let changed = 0;
+    let promptKept = 0;
+    let toolsKeepLimits = 0;
+    let laxLimits = 0;
     const into = { system: 0, user: 0 };
     fc.assert(
       fc.property(request, style, plan, (req, s, p) => {
         const body = Buffer.from(serialize(req, s), 'utf8');
         const out = check(body, p);
         if (out !== body) changed++;
-        const v = JSON.parse(body.toString()) as { messages?: unknown };
+        const v = JSON.parse(body.toString()) as Record<string, unknown> & { messages?: unknown };
+        if (p.instruction && promptMustStay(v, p.endpoint)) promptKept++;
+        if (p.endpoint === 'chat' && Array.isArray(v.tools) && v.tools.length > 0) {
+          if (constrainsOutput(v, 'chat') && !constrainsOutput({ ...v, tools: null }, 'chat')) {
+            toolsKeepLimits++;
+          }
+        }
+        if (typeof v.max_tokens === 'string' || typeof v.max_tokens === 'boolean') laxLimits++;
         if (p.endpoint === 'chat' && p.instruction && Array.isArray(v.messages)) {
           const target = instructionTarget(v.messages, p.systemPrompt);
           if (target !== undefined && out.length > body.length)
@@ -299,9 +382,13 @@ describe('rewriteRequest agrees with JSON.parse + object edits', () => {
       { numRuns: 3000 },
     );
     // The generator must reach the interesting paths, or the checks prove little.
-    expect(changed).toBeGreaterThan(1000);
+    // (about a third of the bodies now keep their prompt or their limits on purpose)
+    expect(changed).toBeGreaterThan(800);
     expect(into.system).toBeGreaterThan(30);
     expect(into.user).toBeGreaterThan(30);
+    expect(promptKept).toBeGreaterThan(150);
+    expect(toolsKeepLimits).toBeGreaterThan(50);
+    expect(laxLimits).toBeGreaterThan(100);
   });
 
   it('never adds, drops or reorders a message: every role stays as the client sent it', () => {
@@ -343,14 +430,14 @@ describe('rewriteRequest agrees with JSON.parse + object edits', () => {
         // left to the end of the context window is never given a limit.
         if (was === Infinity) expect(now).toBe(Infinity);
         // A grammar-constrained answer cut short is invalid: such requests keep every limit.
-        if (constrainsOutput(before)) {
+        if (constrainsOutput(before, p.endpoint)) {
           constrained++;
           for (const key of ['max_tokens', 'max_completion_tokens'])
             expect(after[key]).toStrictEqual(before[key]);
         } else if (now < was) {
           scaled++;
         }
-        const minTokens = typeof before.min_tokens === 'number' ? before.min_tokens + 0 : 0;
+        const minTokens = limitOf(before, 'min_tokens') ?? 0;
         if (minTokens <= was) {
           // A request vLLM accepts stays one it accepts: SamplingParams refuses min > max.
           expect(now).toBeGreaterThanOrEqual(minTokens);

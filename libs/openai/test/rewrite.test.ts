@@ -530,7 +530,9 @@ describe('rewriteRequest: requests that constrain their output keep their limits
       '"response_format":null',
       '"guided_json":null',
       '"structured_outputs":null',
-      '"tools":[{"type":"function","function":{"name":"f"}}]',
+      '"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"',
+      '"tools":[]',
+      '"tools":null',
       '"guided_decoding_backend":"xgrammar"',
       '"x":{"tool_choice":"required","guided_json":{}}', // nested: not the request's own
     ]) {
@@ -566,7 +568,8 @@ describe('rewriteRequest: requests that constrain their output keep their limits
     const raw = Buffer.from(text);
     const out = rewriteRequest(raw, peekRequest(raw), { ...basePlan, maxTokensFactor: 0.3 });
     expect(out).toBe(raw);
-    const free = Buffer.from(text.replace(/"tool_choice":\{.*\}\}$/, '"tool_choice":"auto"}'));
+    // "none": the model answers in text (with "auto", the default, tools keep the limit too)
+    const free = Buffer.from(text.replace(/"tool_choice":\{.*\}\}$/, '"tool_choice":"none"}'));
     expect(
       JSON.parse(
         rewriteRequest(free, peekRequest(free), { ...basePlan, maxTokensFactor: 0.3 }).toString(),
@@ -598,15 +601,15 @@ describe('rewriteRequest: echo (completions)', () => {
     expect(rewrite('{"model":"m","echo":true,"prompt":["Once upon"],"max_tokens":100}', plan)).toBe(
       '{"model":"m","echo":true,"prompt":["Once upon"],"max_tokens":50}',
     );
-    // vLLM's pydantic reads 1, "yes", "true" as true too: any echo but false or null counts.
-    for (const echo of ['1', '"yes"', '"true"', '"false"']) {
+    // vLLM's pydantic reads 1, "yes", "true" as true too; a value it refuses counts as on.
+    for (const echo of ['1', '"yes"', '"true"', '"On"', '"maybe"']) {
       const body = `{"model":"m","prompt":"p","echo":${echo},"max_tokens":100}`;
       expect(rewrite(body, plan)).toBe(body.replace('100', '50'));
     }
   });
 
-  it('prefixes as before when echo is false or null', () => {
-    for (const echo of ['false', 'null']) {
+  it('prefixes as before when echo is false or null, as pydantic reads a bool', () => {
+    for (const echo of ['false', 'null', '0', '"false"', '"no"', '"OFF"']) {
       expect(rewrite(`{"model":"m","prompt":"p","echo":${echo}}`, plan)).toBe(
         `{"model":"m","prompt":"Be brief.\\n\\np","echo":${echo}}`,
       );
@@ -615,6 +618,191 @@ describe('rewriteRequest: echo (completions)', () => {
     expect(rewrite('{"model":"m","echo":true,"prompt":"p","echo":false}', plan)).toBe(
       '{"model":"m","echo":true,"prompt":"Be brief.\\n\\np","echo":false}',
     );
+  });
+});
+
+// vLLM defaults tool_choice to "auto" whenever `tools` comes without it (`check_tool_usage`,
+// vllm/entrypoints/openai/chat_completion/protocol.py), and parses the answer for tool calls
+// unless tool_choice is "none": a call cut mid-JSON reaches the client as raw text with
+// finish_reason "length". Such a request keeps its limits; the instruction is still added.
+describe('rewriteRequest: chat with tools keeps its limits unless tool_choice is "none"', () => {
+  const plan: Partial<RewritePlan> = {
+    instruction: 'Provide extremely short answers only.',
+    completionPrefix: true,
+    maxTokensFactor: 0.3,
+    minMaxTokens: 16,
+  };
+  const tools = '[{"type":"function","function":{"name":"get_weather","parameters":{}}}]';
+  const body = (extra: string) =>
+    `{"model":"m","messages":[{"role":"user","content":"weather in Paris?"}],"tools":${tools},"max_tokens":200${extra}}`;
+  const instructed = (extra: string) =>
+    body(extra).replace(
+      '"weather in Paris?"',
+      '"Provide extremely short answers only.\\n\\nweather in Paris?"',
+    );
+
+  it("keeps max_tokens when tool_choice is left out (the reviewer's case: it was cut to 60)", () => {
+    expect(rewrite(body(''), plan)).toBe(instructed(''));
+  });
+
+  it('keeps it with tool_choice "auto", null, "required" or a named tool; scales it with "none"', () => {
+    for (const extra of [
+      ',"tool_choice":"auto"',
+      ',"tool_choice":null', // vLLM's streaming path still parses tool calls then
+      ',"tool_choice":"required"',
+      ',"tool_choice":{"type":"function","function":{"name":"get_weather"}}',
+      ',"tool_choice":"\\u0061uto"',
+      ',"max_completion_tokens":300',
+    ]) {
+      expect(rewrite(body(extra), plan)).toBe(instructed(extra));
+    }
+    // "none": the answer is text, and is scaled as any other
+    for (const extra of [',"tool_choice":"none"', ',"tool_choice":"n\\u006fne"']) {
+      expect(rewrite(body(extra), plan)).toBe(
+        instructed(extra).replace('"max_tokens":200', '"max_tokens":60'),
+      );
+    }
+  });
+
+  it('the last tool_choice counts', () => {
+    const none = ',"tool_choice":"auto","tool_choice":"none"';
+    expect(rewrite(body(none), plan)).toBe(
+      instructed(none).replace('"max_tokens":200', '"max_tokens":60'),
+    );
+    const auto = ',"tool_choice":"none","tool_choice":"auto"';
+    expect(rewrite(body(auto), plan)).toBe(instructed(auto));
+  });
+
+  it('counts only a non-empty tools array, and only on chat (completions have no tools)', () => {
+    const list = `[ ${tools.slice(1)}`;
+    expect(rewrite(body('').replace(tools, list), plan)).toBe(instructed('').replace(tools, list));
+    for (const list of ['[]', '[ ]', 'null']) {
+      const text = body('').replace(tools, list);
+      expect(rewrite(text, plan)).toBe(
+        instructed('').replace(tools, list).replace('"max_tokens":200', '"max_tokens":60'),
+      );
+    }
+    const completion = `{"model":"m","prompt":"p","tools":${tools},"max_tokens":200}`;
+    expect(rewrite(completion, { ...plan, endpoint: 'completion' })).toBe(
+      completion
+        .replace('"p"', '"Provide extremely short answers only.\\n\\np"')
+        .replace('200', '60'),
+    );
+  });
+});
+
+// With these, vLLM hands the client back (or scores, or cuts) the prompt it is given: an
+// instruction in it would read as part of the client's own prompt. The limit is still scaled.
+describe('rewriteRequest: no instruction where vLLM returns or truncates the prompt', () => {
+  const plan: Partial<RewritePlan> = {
+    instruction: 'Be brief.',
+    completionPrefix: true,
+    maxTokensFactor: 0.5,
+    minMaxTokens: 1,
+  };
+  const chat = (extra: string) =>
+    `{"model":"m","messages":[{"role":"user","content":"U"}],"max_tokens":100,${extra}}`;
+  const completion = (extra: string) => `{"model":"m","prompt":"U","max_tokens":100,${extra}}`;
+  const scaled = (text: string) => text.replace('"max_tokens":100', '"max_tokens":50');
+  const instructed = (text: string) => scaled(text).replace('"U"', '"Be brief.\\n\\nU"');
+
+  it("the reviewer's case: a completion with prompt_logprobs 0", () => {
+    const body =
+      '{"model":"m","prompt":"The capital of France is Paris","max_tokens":1,"prompt_logprobs":0}';
+    expect(rewrite(body, { ...plan, endpoint: 'completion' })).toBe(body);
+  });
+
+  // Each field on (no instruction), then off or not the request's (the instruction as before).
+  it.each([
+    ['"prompt_logprobs":0', '"prompt_logprobs":null'],
+    ['"prompt_logprobs":-1', '"x":{"prompt_logprobs":0,"echo":true}'], // nested
+    ['"prompt_logprobs":5', '"prompt_logprobs":0,"prompt_logprobs":null'], // the last counts
+    ['"prompt_l\\u006fgprobs":0', '"prompt_logprobs":null'],
+    ['"return_token_ids":true', '"return_token_ids":false'],
+    ['"return_token_ids":"yes"', '"return_token_ids":"no"'],
+    ['"return_token_ids":1', '"return_token_ids":0'],
+    ['"return_token_ids":"maybe"', '"return_token_ids":null'], // refused by vLLM: on
+    ['"truncate_prompt_tokens":100', '"truncate_prompt_tokens":null'],
+    ['"truncate_prompt_tokens":-1', '"truncate_prompt_tokens":null'],
+    ['"truncate_prompt_tokens":0', '"truncate_prompt_tokens":null'],
+    ['"echo":true', '"echo":false'],
+    ['"echo":"True"', '"echo":"off"'],
+  ])(
+    '%s: no instruction on either endpoint, max_tokens still scaled; %s: the instruction',
+    (on, off) => {
+      expect(rewrite(chat(on), plan)).toBe(scaled(chat(on)));
+      expect(rewrite(completion(on), { ...plan, endpoint: 'completion' })).toBe(
+        scaled(completion(on)),
+      );
+      expect(rewrite(chat(off), plan)).toBe(instructed(chat(off)));
+      expect(rewrite(completion(off), { ...plan, endpoint: 'completion' })).toBe(
+        instructed(completion(off)),
+      );
+    },
+  );
+
+  it('chat echo with add_generation_prompt false (vLLM echoes the last message)', () => {
+    const extra = '"add_generation_prompt":false,"echo":true';
+    expect(rewrite(chat(extra), plan)).toBe(scaled(chat(extra)));
+    // and into a system message as well
+    const system = `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"U"}],"echo":true}`;
+    expect(rewrite(system, plan)).toBe(system);
+  });
+
+  it('return_prompt_text: chat only (completions have no such field)', () => {
+    const extra = '"return_prompt_text":true';
+    expect(rewrite(chat(extra), plan)).toBe(scaled(chat(extra)));
+    expect(rewrite(completion(extra), { ...plan, endpoint: 'completion' })).toBe(
+      instructed(completion(extra)),
+    );
+    const off = '"return_prompt_text":"false"';
+    expect(rewrite(chat(off), plan)).toBe(instructed(chat(off)));
+  });
+});
+
+// vLLM's pydantic reads "100" (and true) in an int field as the integer: the rewrite scales
+// such a limit like a number, and writes the number back (pydantic takes it as well).
+describe("rewriteRequest: limits sent as strings or booleans, as vLLM's pydantic reads them", () => {
+  const lazy: Partial<RewritePlan> = { maxTokensFactor: 0.3, minMaxTokens: 16 };
+
+  it('scales a string limit and writes a number over it', () => {
+    expect(rewrite('{"model":"m","max_tokens":"200"}', lazy)).toBe('{"model":"m","max_tokens":60}');
+    expect(rewrite('{"model":"m","max_tokens":" 1_000 \\n"}', lazy)).toBe(
+      '{"model":"m","max_tokens":300}',
+    );
+    expect(rewrite('{"model":"m","max_completion_tokens":"+100.0","max_tokens":"100"}', lazy)).toBe(
+      '{"model":"m","max_completion_tokens":30,"max_tokens":30}',
+    );
+    expect(
+      rewrite('{"model":"m","prompt":"p","max_tokens":"\\u0032\\u0030\\u0030"}', {
+        ...lazy,
+        endpoint: 'completion',
+      }),
+    ).toBe('{"model":"m","prompt":"p","max_tokens":60}');
+  });
+
+  it('floors at a min_tokens sent as a string', () => {
+    expect(rewrite('{"model":"m","max_tokens":"1000","min_tokens":"500"}', lazy)).toBe(
+      '{"model":"m","max_tokens":500,"min_tokens":"500"}',
+    );
+  });
+
+  it('leaves a limit that does not change as the client wrote it', () => {
+    for (const text of [
+      '{"model":"m","max_tokens":"10"}',
+      '{"model":"m","max_tokens":true}',
+      '{"model":"m","max_tokens":"0"}',
+    ]) {
+      const body = Buffer.from(text);
+      expect(rewriteRequest(body, peekRequest(body), { ...basePlan, ...lazy })).toBe(body);
+    }
+  });
+
+  it('keeps string stream and n as they are: vLLM reads them', () => {
+    const text = '{"model":"m","stream":"true","n":"2","max_tokens":"100"}';
+    const out = Buffer.from(rewrite(text, lazy));
+    expect(out.toString()).toBe('{"model":"m","stream":"true","n":"2","max_tokens":30}');
+    expect(peekRequest(out)).toMatchObject({ stream: true, n: 2, maxTokens: 30 });
   });
 });
 
