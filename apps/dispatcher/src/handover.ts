@@ -4,8 +4,9 @@
 // its lock and BullMQ's global concurrency checked in Redis. The slot stays counted by the
 // ledger until the script answered, so the cap is exact without a take in between.
 import { pickEngine, type GatePolicy } from '@sluice/admission';
-import { Job, type Worker } from 'bullmq';
+import type { Job, Worker } from 'bullmq';
 import type { EngineSlot } from './engine-slot.js';
+import { buildJob } from './job-build.js';
 import { sequencesOf, type InflightJob } from './ledger.js';
 
 /** How a run ended, as BullMQ records it: `ok` completes the job, anything else fails it. */
@@ -60,9 +61,10 @@ export async function recordOutcome(
     return undefined;
   }
   // BullMQ answers [jobData, jobId, rateLimitDelay, delayUntil], jobData null when none was
-  // free to take (see its moveToFinished-14.lua, fetchNextJob).
+  // free to take (see its moveToFinished-14.lua, fetchNextJob). The job is active already: one
+  // whose data does not parse is built all the same, for the release loop to fail it.
   if (!Array.isArray(next) || !next[0] || typeof next[1] !== 'string') return undefined;
-  const taken = Job.fromJSON(worker, next[0], next[1]);
+  const taken = buildJob(worker, next[0], next[1]);
   taken.token = token;
   return taken;
 }

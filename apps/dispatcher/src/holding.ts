@@ -14,6 +14,7 @@ import { validateJobPayload, type JobPayload } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Job, Queue } from 'bullmq';
 import { HeldJobs, type HeldJob } from './held-jobs.js';
+import { buildJob } from './job-build.js';
 
 /** How long after its deadline BullMQ moves a held job back into the queue by itself. */
 const HELD_GRACE_MS = 5000;
@@ -120,22 +121,29 @@ export class Holding {
     this.deps.changed();
   }
 
-  /** A new leader takes over the jobs its predecessor held back. */
+  /**
+   * A new leader takes over the jobs its predecessor held back. Each is read on its own (not
+   * `getDelayed`, which fails whole for one job whose data is not JSON): one that cannot be
+   * read is left where it is, one whose payload is invalid is discarded, the others adopted.
+   */
   async adopt(): Promise<void> {
-    let jobs: Job[];
+    const { queue, pool, log } = this.deps;
+    let ids: string[];
     try {
-      jobs = await this.deps.queue.getDelayed();
+      ids = await queue.getRanges(['delayed'], 0, -1, true);
     } catch (err) {
-      this.deps.log.warn({ err, pool: this.deps.pool }, 'reading held jobs failed');
+      log.warn({ err, pool }, 'reading held jobs failed');
       return;
     }
+    const jobs = await Promise.all(ids.map((id) => this.readHeld(id)));
     for (const job of jobs) {
       if (!job?.id) continue;
       let payload: JobPayload;
       try {
         payload = validateJobPayload(job.data);
-      } catch {
-        continue; // taken, checked and failed when BullMQ moves it back at its deadline
+      } catch (err) {
+        await this.discard(job.id, (err as Error).message);
+        continue;
       }
       const tokens = payload.promptTokens ?? 0;
       this.held.add({
@@ -148,10 +156,37 @@ export class Holding {
         sequences: payload.sequences ?? 1,
       });
     }
-    if (jobs.length > 0)
-      this.deps.log.info({ pool: this.deps.pool, held: this.held.size }, 'adopted held jobs');
+    if (this.held.size > 0) log.info({ pool, held: this.held.size }, 'adopted held jobs');
     this.setMetrics();
     this.deps.changed();
+  }
+
+  /** A held job as Redis has it (buildJob: bad data does not throw); undefined if gone or unread. */
+  private async readHeld(id: string): Promise<Job | undefined> {
+    const { queue, pool, log } = this.deps;
+    try {
+      const json = await queue.getBackend().getJobData(id);
+      return json && buildJob(queue, json, id);
+    } catch (err) {
+      // Left in the delayed set: BullMQ moves it back at its deadline, and the take checks it.
+      log.warn({ err, pool, jobId: id }, 'reading a held job failed');
+      return undefined;
+    }
+  }
+
+  /**
+   * Removes a held job that can never run, as the release loop fails one it took: it would
+   * otherwise count against the queue's bound until BullMQ moved it back. No frame can be
+   * addressed from a payload that does not check: its gateway finds the job gone (its parked
+   * watch answers `queue_lost`), as for one the release loop fails.
+   */
+  private async discard(jobId: string, why: string): Promise<void> {
+    const { queue, pool, log, metrics } = this.deps;
+    log.warn({ pool, jobId, err: why }, 'invalid job payload');
+    metrics.skipped.inc({ pool, reason: 'invalid_payload' });
+    await queue.remove(jobId).catch((err: unknown) => {
+      log.warn({ err, pool, jobId }, 'discarding a held job failed');
+    });
   }
 
   /** Drops held jobs that no longer exist (removed by their gateway when the client went). */

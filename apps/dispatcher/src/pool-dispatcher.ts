@@ -10,13 +10,14 @@ import type { PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
 import { quietWorkerScripts, type Redis } from '@sluice/redis';
-import { Queue, Worker } from 'bullmq';
+import { Queue, type Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
 import type { EngineTimeouts } from './engine-call.js';
 import { createEngineSlot, observeEngine, type EngineSlot } from './engine-slot.js';
 import { FairShare } from './fair-share.js';
 import { Holding } from './holding.js';
+import { PoolWorker } from './job-build.js';
 import { JobRunner } from './job-runner.js';
 import { Lease } from './lease.js';
 import { InflightLedger, type InflightJob } from './ledger.js';
@@ -92,7 +93,8 @@ export class PoolDispatcher {
       prefix: keys.prefix,
       streams: { events: { maxLen: QUEUE_EVENTS_MAX_LEN } },
     });
-    this.worker = new Worker(queueName, null, {
+    // Its takes build a job whose data is not JSON instead of throwing (job-build.ts).
+    this.worker = new PoolWorker(queueName, null, {
       connection: bullConnection,
       prefix: keys.prefix,
       autorun: false,

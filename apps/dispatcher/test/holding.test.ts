@@ -1,6 +1,7 @@
 // Holding jobs back and promoting them, on a real BullMQ queue: a promoted job goes to the
 // queue's front, ahead of the jobs of its class queued while it was held, so the next take
-// (the loop's, or a slot handover) is its own.
+// (the loop's, or a slot handover) is its own. A new leader adopts the held jobs it finds,
+// discarding one that can never run without losing the others.
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { bullPriority, type JobPayload } from '@sluice/protocol';
 import type { Job } from 'bullmq';
@@ -38,17 +39,65 @@ const payload = (promptTokens: number): JobPayload => ({
   promptTokens,
 });
 
+function engineOfCap(cap: number) {
+  return createEngineSlot(
+    { name: 'e', url: 'http://127.0.0.1:1', maxInflight: cap, capSource: 'config', lane: 'any' },
+    {
+      timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
+      scrape: { intervalMs: 1000, staleAfterFailures: 3 },
+      now: Date.now,
+    },
+  );
+}
+
 describe('Holding', () => {
+  it('adopts the held jobs it finds, discarding one whose data is not JSON or whose payload is invalid', async () => {
+    const metrics = dispatcherMetrics(new Registry());
+    const engine = engineOfCap(0);
+    const holding = new Holding({
+      pool: 'p',
+      queue: fx.queue,
+      redis: fx.redis,
+      metrics,
+      log: silent,
+      longPrompts,
+      isLeader: () => true,
+      context: (now) => ({
+        engines: [engine],
+        policy: longPrompts,
+        gate: { kvThreshold: 0.9, failMode: 'open', maxGaugeAgeMs: 5000 },
+        now,
+      }),
+      changed: () => {},
+      now: Date.now,
+    });
+    // What a predecessor held back (moveToDelayed): delayed past the test.
+    const delay = 60_000;
+    await fx.queue.add('c', payload(10), { jobId: 'adopt-a', delay });
+    await fx.queue.add('c', {}, { jobId: 'adopt-cut', delay });
+    await fx.redis.hset(fx.queue.toKey('adopt-cut'), 'data', '{"v":1,"trunc');
+    await fx.queue.add('c', { ...payload(10), replica: 'gw 1' }, { jobId: 'adopt-bad', delay });
+    await fx.queue.add('c', payload(20), { jobId: 'adopt-b', delay });
+    await holding.adopt();
+    expect(
+      holding.held
+        .ordered()
+        .map((h) => h.id)
+        .sort(),
+    ).toEqual(['adopt-a', 'adopt-b']);
+    expect(await fx.queue.getJobState('adopt-a')).toBe('delayed');
+    // Discarded: gone, counted as the release loop counts a job it fails for its payload.
+    expect(await fx.redis.exists(fx.queue.toKey('adopt-cut'), fx.queue.toKey('adopt-bad'))).toBe(0);
+    expect((await metrics.skipped.get()).values).toEqual([
+      { labels: { pool: 'p', reason: 'invalid_payload' }, value: 2 },
+    ]);
+    await fx.queue.remove('adopt-a');
+    await fx.queue.remove('adopt-b');
+  });
+
   it('promotes a held job to the front of the queue, ahead of its class queued meanwhile', async () => {
     // The engine's slot count decides whether the held job may go: none at first.
-    const engine = createEngineSlot(
-      { name: 'e', url: 'http://127.0.0.1:1', maxInflight: 0, capSource: 'config', lane: 'any' },
-      {
-        timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
-        scrape: { intervalMs: 1000, staleAfterFailures: 3 },
-        now: Date.now,
-      },
-    );
+    const engine = engineOfCap(0);
     // The promotion ends with `changed` (the loop looks again): the event this test waits on.
     let promotionDone!: () => void;
     const promotion = new Promise<void>((resolve) => (promotionDone = resolve));

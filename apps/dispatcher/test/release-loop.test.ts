@@ -1,18 +1,20 @@
 // The release loop on a real BullMQ queue, with the real job runner and relay and an engine
-// whose calls the test ends: a job that cannot be run is failed with nothing else lost, whether
-// the loop's own take got it or a run's end handed its slot to it (moveToFinished with
-// fetchNext), and a throw while placing a job handed over is caught with the slot freed.
+// whose calls the test ends: a job that cannot be run (its data not even JSON included) is
+// failed with nothing else lost, whether the loop's own take got it or a run's end handed its
+// slot to it (moveToFinished with fetchNext), and a throw while placing a job handed over is
+// caught with the slot freed.
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady } from '@sluice/redis';
-import { Worker, type Job } from 'bullmq';
+import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
 import { PoolLoad } from '../src/degrade.ts';
 import type { EngineClient } from '../src/engine-call.ts';
 import { createEngineSlot } from '../src/engine-slot.ts';
 import { Holding } from '../src/holding.ts';
+import { PoolWorker } from '../src/job-build.ts';
 import { JobRunner } from '../src/job-runner.ts';
 import { InflightLedger } from '../src/ledger.ts';
 import { PrefillRate } from '../src/prefill-tracker.ts';
@@ -112,8 +114,9 @@ function leadingLoop(
       ? Promise.resolve(calls.shift()!)
       : new Promise<EngineCall>((resolve) => callWaiters.push(resolve));
 
-  // The blocked take sleeps at most a second once the test stops leading.
-  const worker = new Worker(fx.keys.queueName('p'), null, {
+  // The blocked take sleeps at most a second once the test stops leading. The dispatcher's
+  // own worker class, as pool-dispatcher.ts makes it (job-build.ts).
+  const worker = new PoolWorker(fx.keys.queueName('p'), null, {
     connection: fx.bull,
     prefix: fx.keys.prefix,
     autorun: false,
@@ -223,9 +226,22 @@ async function add(over: Partial<JobPayload> = {}): Promise<string> {
   return jobId;
 }
 
+/**
+ * A job whose data is not JSON, as the reviewer made one: its hash's `data` cut short. Added
+ * delayed, so that no take gets it before it is cut, then promoted into the queue.
+ */
+async function addUnparseable(): Promise<string> {
+  const jobId = `job-${(jobs += 1)}`;
+  const job = await fx.queue.add('c', {}, { jobId, delay: 60_000 });
+  await fx.redis.hset(fx.queue.toKey(jobId), 'data', '{"v":1,"trunc');
+  await job.promote();
+  return jobId;
+}
+
 async function failedReason(jobId: string): Promise<string | undefined> {
   expect(await fx.queue.getJobState(jobId)).toBe('failed');
-  return (await fx.queue.getJob(jobId))?.failedReason;
+  // Read from the hash: BullMQ's getJob throws for a job whose data is not JSON.
+  return (await fx.redis.hget(fx.queue.toKey(jobId), 'failedReason')) ?? undefined;
 }
 
 describe('ReleaseLoop: jobs of several engine requests (n > 1, a batch of prompts)', () => {
@@ -347,6 +363,59 @@ describe('ReleaseLoop', () => {
       expect(await failedReason(bad)).toBe('invalid_payload');
       expect(await fx.queue.getJobState(running)).toBe('completed');
       expect(rig.engine.inflight).toBe(0);
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it('fails a job whose data is not JSON when its own take gets it, and goes on', async () => {
+    const rig = leadingLoop();
+    try {
+      const bad = await addUnparseable();
+      const good = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(good);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: bad, reason: 'invalid_payload' },
+      ]);
+      expect(rig.errors).toEqual([
+        {
+          o: { jobId: bad, err: expect.stringMatching(/\(root\) must be an object, got "\{/) },
+          m: 'invalid job payload',
+        },
+      ]);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(bad)).toBe('invalid_payload');
+      call.end('ok');
+      await rig.ledger.idle();
+    } finally {
+      await rig.stop();
+    }
+  });
+
+  it('fails a job whose data is not JSON when a slot is handed over to it, and frees the slot', async () => {
+    const rig = leadingLoop();
+    try {
+      const running = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(running);
+      // The engine is full: the loop leaves this one to the end of the run.
+      const bad = await addUnparseable();
+      const freed = rig.ledger.idle();
+      call.end('ok');
+      await freed;
+      expect(await rig.handovers()).toBe(1);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: bad, reason: 'invalid_payload' },
+      ]);
+      expect(rig.errors.map((e) => e.m)).toEqual(['invalid job payload']);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(bad)).toBe('invalid_payload');
+      // The loop still releases.
+      const next = await add();
+      const nextCall = await rig.nextCall();
+      expect(nextCall.jobId).toBe(next);
+      nextCall.end('ok');
     } finally {
       await rig.stop();
     }

@@ -87,9 +87,20 @@ export class ReplyRouter {
     try {
       held.onFrame(decodeFrame(message));
     } catch (err) {
-      if (!(err instanceof ProtocolError)) throw err;
-      this.onBadFrame('undecodable', err.message);
-      held.broken(err.message);
+      // A frame that does not decode, or one whose writing threw anyway (decodeFrame checks
+      // what goes into headers; anything it misses would throw from `writeHead`): this runs
+      // inside the subscriber's message event, where a throw ends the process and every
+      // request it holds. Only this request ends, as for any frame it cannot use.
+      const detail =
+        err instanceof ProtocolError ? err.message : `frame not applied: ${String(err)}`;
+      this.onBadFrame('undecodable', detail);
+      try {
+        held.broken(detail);
+      } catch {
+        // Ending it threw too (its response is unusable): it must not take the process along,
+        // nor stay in the table to be routed to again.
+        this.forget(jobId!);
+      }
     }
   }
 

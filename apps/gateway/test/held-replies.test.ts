@@ -1,6 +1,6 @@
 // A held request fed through this replica's real reply channel (a real redis-server), with its
 // cancels published on the real cancel channel: what a broken frame does to the client and to
-// the engine request behind it.
+// the engine request behind it, and that a hostile one ends its own request, not the replica.
 import { once } from 'node:events';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -121,6 +121,92 @@ describe('a broken reply frame', () => {
     expect(held.reason).toBe('frame_lost');
     expect(badFrames).toEqual(['undecodable']);
     expect(await cancelsSoFar()).toEqual(['j1 frame_lost']);
+    expect(router.held.size).toBe(0);
+  });
+});
+
+/** A request held by this replica, as the completion route holds one, and its answer. */
+async function held(
+  jobId: string,
+  make: (res: ServerResponse) => HeldRequest = (res) =>
+    new HeldRequest(jobId, 'm', false, Date.now(), Date.now(), res, hooks()),
+): Promise<{ request: HeldRequest; answer: Promise<Response> }> {
+  const served = new Promise<ServerResponse>((resolve) => (nextResponse = resolve));
+  const answer = fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' });
+  const request = make(await served);
+  request.hold();
+  router.held.set(jobId, request);
+  return { request, answer };
+}
+
+/** Publishes a whole non-streamed answer for `jobId` from its frame `seq` on. */
+async function serve(jobId: string, seq: number, body: string): Promise<void> {
+  const frames: Frame[] = [
+    { type: 'head', jobId, seq, info: { status: 200, contentType: 'application/json' } },
+    { type: 'data', jobId, seq: seq + 1, chunk: Buffer.from(body) },
+    { type: 'end', jobId, seq: seq + 2 },
+  ];
+  for (const f of frames) await publisher.publish(channel, encodeFrame(f));
+}
+
+const start = (jobId: string): Frame => ({
+  type: 'start',
+  jobId,
+  seq: 0,
+  info: { engine: 'e', loadState: 'normal' },
+});
+
+describe('a hostile reply frame', () => {
+  it('ends only its own request, and the replica goes on serving the others', async () => {
+    badFrames.length = 0;
+    const hostile = await held('h1');
+    const other = await held('h2');
+    for (const id of ['h1', 'h2']) await publisher.publish(channel, encodeFrame(start(id)));
+    // What the reviewer published: a head whose status Node's writeHead throws on.
+    await publisher.publish(
+      channel,
+      Buffer.from('Hh1 1\n{"status":1000,"contentType":"application/json"}'),
+    );
+    await serve('h2', 1, '{"ok":true}');
+    const refused = await hostile.answer;
+    expect(refused.status).toBe(502);
+    expect(refused.headers.get('x-sluice-reject-reason')).toBe('frame_lost');
+    expect(await refused.text()).toMatch(/field status must be an integer from 200 to 999/);
+    const served = await other.answer;
+    expect(served.status).toBe(200);
+    expect(await served.text()).toBe('{"ok":true}');
+    expect(badFrames).toEqual(['undecodable']);
+    expect(await cancelsSoFar()).toEqual(['h1 frame_lost']);
+    expect(router.held.size).toBe(0);
+  });
+
+  it('ends its request as broken when applying a frame throws anything, not only a ProtocolError', async () => {
+    badFrames.length = 0;
+    // Whatever decodeFrame may miss: writing the frame throws, as writeHead did.
+    class Throwing extends HeldRequest {
+      override onFrame(frame: Frame): void {
+        if (frame.type === 'head') throw new RangeError('writeHead refused the head');
+        super.onFrame(frame);
+      }
+    }
+    const throwing = await held(
+      't1',
+      (res) => new Throwing('t1', 'm', false, Date.now(), Date.now(), res, hooks()),
+    );
+    const other = await held('t2');
+    for (const id of ['t1', 't2']) await publisher.publish(channel, encodeFrame(start(id)));
+    await serve('t1', 1, '{"never":"sent"}');
+    await serve('t2', 1, '{"ok":true}');
+    const refused = await throwing.answer;
+    expect(refused.status).toBe(502);
+    expect(refused.headers.get('x-sluice-reject-reason')).toBe('frame_lost');
+    expect(await refused.text()).toMatch(/writeHead refused the head/);
+    const served = await other.answer;
+    expect(served.status).toBe(200);
+    expect(await served.text()).toBe('{"ok":true}');
+    // The frames after the one that threw belong to a request that has ended.
+    expect(badFrames).toEqual(['undecodable', 'unknown_job', 'unknown_job']);
+    expect(await cancelsSoFar()).toEqual(['t1 frame_lost']);
     expect(router.held.size).toBe(0);
   });
 });

@@ -108,20 +108,51 @@ export function encodeDataFrame(jobId: string, seq: number, chunks: readonly Buf
   return Buffer.concat([Buffer.from(header('data', jobId, seq), 'latin1'), ...chunks]);
 }
 
+/**
+ * The statuses a head frame may carry: what the dispatcher relays (an engine's final status; it
+ * drops a 1xx, whose real head follows), within the 100-999 Node's `writeHead` accepts.
+ */
+export function isHeadStatus(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 200 && (value as number) <= 999;
+}
+
+// Node's own rule for a header value (lib/_http_common.js checkInvalidHeaderChar): tab, and
+// visible ASCII, space and obs-text; no CR, LF or other control character. `writeHead` throws
+// on anything else, and a CR or LF would end the header.
+const HEADER_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
+
+/** A string a response header may carry as it is (the engine's `content-type`, its name). */
+export function isHeaderValue(value: unknown): value is string {
+  return typeof value === 'string' && HEADER_VALUE.test(value);
+}
+
+// A degradation profile's name, as libs/config (degradation.ts, `profileName`) lets one be
+// configured: the only load states a dispatcher sends. Written into a header and into an
+// event stream's comment line: nothing else is safe there.
+const LOAD_STATE = /^[a-z0-9][a-z0-9_-]{0,31}$/;
+
+/** A load state as a start frame may name it: a degradation profile's name. */
+export function isLoadState(value: unknown): value is string {
+  return typeof value === 'string' && LOAD_STATE.test(value);
+}
+
+const isString = (value: unknown): value is string => typeof value === 'string';
+
+/** What the gateway writes each field of a payload into decides what it must be. */
 const infoFields: Partial<
-  Record<FrameType, ReadonlyArray<readonly [string, 'string' | 'number']>>
+  Record<FrameType, ReadonlyArray<readonly [string, (value: unknown) => boolean, string]>>
 > = {
   start: [
-    ['engine', 'string'],
-    ['loadState', 'string'],
+    ['engine', isHeaderValue, 'a string a header can carry'],
+    ['loadState', isLoadState, 'a degradation profile name'],
   ],
   head: [
-    ['status', 'number'],
-    ['contentType', 'string'],
+    ['status', isHeadStatus, 'an integer from 200 to 999'],
+    ['contentType', isHeaderValue, 'a string a header can carry'],
   ],
   error: [
-    ['code', 'string'],
-    ['message', 'string'],
+    ['code', isString, 'a string'],
+    ['message', isString, 'a string'],
   ],
 };
 
@@ -135,9 +166,9 @@ function parseInfo(type: FrameType, payload: Buffer): unknown {
   if (typeof info !== 'object' || info === null)
     throw new ProtocolError(`${type} frame payload is not an object`);
   const o = info as Record<string, unknown>;
-  for (const [field, kind] of infoFields[type] ?? [])
-    if (typeof o[field] !== kind)
-      throw new ProtocolError(`${type} frame field ${field} must be a ${kind}`);
+  for (const [field, valid, expected] of infoFields[type] ?? [])
+    if (!valid(o[field]))
+      throw new ProtocolError(`${type} frame field ${field} must be ${expected}`);
   return info;
 }
 
@@ -192,9 +223,10 @@ export function decodeFrame(message: Buffer): Frame {
       return { type, jobId, seq, info: parseInfo(type, payload) as HeadInfo };
     case 'error': {
       const info = knownReason(parseInfo(type, payload) as ErrorInfo);
+      // Written as `Retry-After`: JSON's 1e999 parses to Infinity.
       if (
         info.retryAfter !== undefined &&
-        !(typeof info.retryAfter === 'number' && info.retryAfter >= 0)
+        !(typeof info.retryAfter === 'number' && info.retryAfter >= 0 && info.retryAfter < Infinity)
       )
         throw new ProtocolError('error frame field retryAfter must be a non-negative number');
       return { type, jobId, seq, info };

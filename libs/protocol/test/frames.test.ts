@@ -1,3 +1,4 @@
+import { validateHeaderValue } from 'node:http';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
@@ -8,6 +9,7 @@ import {
   encodeDataFrame,
   encodeFrame,
   frameJobId,
+  isHeaderValue,
   messageFrames,
   type Frame,
 } from '../src/frames.ts';
@@ -16,6 +18,10 @@ import { refusalKinds, type RejectReason } from '../src/reasons.ts';
 
 const jobId = fc.stringMatching(/^[A-Za-z0-9-]{1,40}$/);
 const seq = fc.nat({ max: 1_000_000 });
+/** What a header may carry: tab, visible ASCII, space and obs-text (Node's rule). */
+const headerValue = fc.stringMatching(/^[\t\x20-\x7e\x80-\xff]*$/);
+/** A degradation profile's name (libs/config degradation.ts). */
+const loadState = fc.stringMatching(/^[a-z0-9][a-z0-9_-]{0,31}$/);
 
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({
@@ -23,7 +29,7 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
     jobId,
     seq,
     info: fc.record(
-      { engine: fc.string(), loadState: fc.string(), sentAfterMs: fc.nat() },
+      { engine: headerValue, loadState, sentAfterMs: fc.nat() },
       { requiredKeys: ['engine', 'loadState'] },
     ),
   }),
@@ -31,7 +37,7 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
     type: fc.constant('head' as const),
     jobId,
     seq,
-    info: fc.record({ status: fc.integer({ min: 100, max: 599 }), contentType: fc.string() }),
+    info: fc.record({ status: fc.integer({ min: 200, max: 999 }), contentType: headerValue }),
   }),
   fc.record({
     type: fc.constant('data' as const),
@@ -96,7 +102,57 @@ describe('reply frames', () => {
     ['a missing sequence number', 'Ejob\n', /header must be/],
     ['a non-numeric sequence number', 'Ejob 1x\n', /not a decimal integer/],
     ['a head frame that is not JSON', 'Hjob 0\n{oops', /head frame payload is not JSON/],
-    ['a head frame without status', 'Hjob 0\n{"contentType":"x"}', /field status must be a number/],
+    [
+      'a head frame without status',
+      'Hjob 0\n{"contentType":"x"}',
+      /field status must be an integer from 200 to 999/,
+    ],
+    // What the reviewer published: Node's writeHead throws on it (ERR_HTTP_INVALID_STATUS_CODE).
+    [
+      'a head frame with a status over 999',
+      'Hjob 0\n{"status":1000,"contentType":"application/json"}',
+      /field status must be an integer from 200 to 999/,
+    ],
+    [
+      'a head frame with an informational status',
+      'Hjob 0\n{"status":101,"contentType":"application/json"}',
+      /field status must be an integer from 200 to 999/,
+    ],
+    [
+      'a head frame with a fractional status',
+      'Hjob 0\n{"status":200.5,"contentType":"application/json"}',
+      /field status must be an integer from 200 to 999/,
+    ],
+    [
+      'a head frame whose content type would end its header',
+      'Hjob 0\n{"status":200,"contentType":"text/plain\\r\\nset-cookie: a=b"}',
+      /field contentType must be a string a header can carry/,
+    ],
+    [
+      'a head frame whose content type has a character past latin-1',
+      'Hjob 0\n{"status":200,"contentType":"text/\u4e2d"}',
+      /field contentType must be a string a header can carry/,
+    ],
+    [
+      'a start frame whose engine name has a newline',
+      'Sjob 0\n{"engine":"e\\nx-injected: 1","loadState":"normal"}',
+      /field engine must be a string a header can carry/,
+    ],
+    [
+      'a start frame whose load state would inject an event',
+      'Sjob 0\n{"engine":"e","loadState":"normal\\n\\ndata: {\\"injected\\":1}"}',
+      /field loadState must be a degradation profile name/,
+    ],
+    [
+      'a start frame whose load state is not a profile name',
+      'Sjob 0\n{"engine":"e","loadState":"Normal state"}',
+      /field loadState must be a degradation profile name/,
+    ],
+    [
+      'an error frame with an infinite Retry-After',
+      'Xjob 0\n{"code":"queue_full","message":"m","retryAfter":1e999}',
+      /retryAfter must be a non-negative number/,
+    ],
     ['an alive frame with a payload', 'Ajob 2\nextra', /carries no payload/],
     ['an end frame whose payload is not JSON', 'Ejob 2\nextra', /end frame payload is not JSON/],
     [
@@ -123,6 +179,56 @@ describe('reply frames', () => {
   ])('rejects %s with a ProtocolError', (_name, text, message) => {
     expect(() => decodeFrame(Buffer.from(text))).toThrow(ProtocolError);
     expect(() => decodeFrame(Buffer.from(text))).toThrow(message);
+  });
+
+  it('decodes only head and start frames whose every field the gateway can write as a header', () => {
+    // Any JSON value where a field goes: whatever decodes, Node's writeHead takes.
+    const anyValue = fc.oneof(
+      fc.string({ unit: 'binary' }),
+      headerValue,
+      loadState,
+      fc.integer({ min: -10, max: 2000 }),
+      fc.double(),
+      fc.constant(null),
+    );
+    fc.assert(
+      fc.property(fc.constantFrom('H', 'S'), anyValue, anyValue, (letter, a, b) => {
+        const info = letter === 'H' ? { status: a, contentType: b } : { engine: a, loadState: b };
+        let frame: Frame;
+        try {
+          frame = decodeFrame(Buffer.from(`${letter}job 0\n${JSON.stringify(info)}`));
+        } catch (err) {
+          expect(err).toBeInstanceOf(ProtocolError);
+          return;
+        }
+        if (frame.type === 'head') {
+          expect(frame.info.status).toBeGreaterThanOrEqual(100);
+          expect(frame.info.status).toBeLessThanOrEqual(999);
+          expect(Number.isInteger(frame.info.status)).toBe(true);
+          expect(() => validateHeaderValue('content-type', frame.info.contentType)).not.toThrow();
+        } else if (frame.type === 'start') {
+          expect(() => validateHeaderValue('x-sluice-engine', frame.info.engine)).not.toThrow();
+          expect(() =>
+            validateHeaderValue('x-sluice-load-state', frame.info.loadState),
+          ).not.toThrow();
+          expect(frame.info.loadState).not.toMatch(/[\r\n]/);
+        }
+      }),
+    );
+  });
+
+  it('takes as a header value exactly what Node takes', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 8 }), (value) => {
+        let nodeTakes = true;
+        try {
+          validateHeaderValue('x', value);
+        } catch {
+          nodeTakes = false;
+        }
+        expect(isHeaderValue(value)).toBe(nodeTakes);
+      }),
+    );
   });
 
   it('never throws anything but ProtocolError on arbitrary bytes', () => {
