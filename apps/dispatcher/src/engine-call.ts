@@ -14,11 +14,17 @@ import type { ReplyRelay } from './relay.js';
 
 export interface EngineTimeouts {
   /**
-   * Until the response head: a prefill can take minutes, and vLLM sends a non-streamed
-   * answer's head only with its body, so for one of those it bounds the whole generation.
+   * Until the response head, and from the head until the body's first byte. vLLM sends a
+   * non-streamed answer's head only with its body, so there it bounds the whole generation.
+   * A stream's head comes at once, before the prefill: the route returns
+   * `StreamingResponse(content=generator, ...)` (vllm/entrypoints/openai/chat_completion/
+   * api_router.py; api_server.py in older trees), whose `stream_response` sends
+   * `http.response.start` before it reads the generator (starlette/responses.py), and uvicorn
+   * writes the head on that message. So for a stream it is the first token's wait (the
+   * prefill, minutes on a long prompt) that this bounds.
    */
   headersTimeoutMs: number;
-  /** Longest gap between two body chunks. */
+  /** Longest gap between two body chunks after the first. */
   bodyTimeoutMs: number;
 }
 
@@ -64,20 +70,37 @@ export type ClientContext = Pick<
 /** undici's code for a response head that did not come within `headersTimeout`. */
 const HEADERS_TIMEOUT = 'UND_ERR_HEADERS_TIMEOUT';
 
+/**
+ * Why the call's own timer ended it: no body byte within the headers time-out after the head
+ * (`first`: a stream's prefill), or a gap past the body time-out between two chunks (`gap`).
+ */
+class EngineSilence extends Error {
+  constructor(readonly wait: 'first' | 'gap') {
+    super(wait === 'first' ? 'no first body byte in time' : 'no body chunk in time');
+  }
+}
+
 export class EngineClient {
   private readonly pool: Pool;
   /** The request headers every call sends, made once (undici reads them, never changes them). */
   private readonly headers: Readonly<Record<string, string>>;
   private readonly headersTimeoutMs: number;
+  private readonly bodyTimeoutMs: number;
 
   constructor(
     readonly config: EngineConfig,
     timeouts: EngineTimeouts,
   ) {
     this.headersTimeoutMs = timeouts.headersTimeoutMs;
+    this.bodyTimeoutMs = timeouts.bodyTimeoutMs;
     this.pool = new Pool(config.url, {
       headersTimeout: timeouts.headersTimeoutMs,
-      bodyTimeout: timeouts.bodyTimeoutMs,
+      // Off: undici's body timer runs from the head, so it cut every stream whose prefill
+      // outlasted ENGINE_BODY_TIMEOUT_MS (5 min by default; an 80k-token prompt prefills for
+      // about 340 s on the homelab profile) before its first token. Each call keeps its own
+      // timers instead: the headers time-out to the first body byte, the body time-out
+      // between chunks.
+      bodyTimeout: 0,
       // One connection per in-flight request: no request waits behind another's stream.
       connections: config.maxInflight,
       pipelining: 1,
@@ -98,6 +121,12 @@ export class EngineClient {
    * once, at the first chunk of the response body (for a 2xx stream: the first token; for an
    * error answer: its error body, which says nothing of a prefill);
    * `watch.data` sees every chunk as it is relayed.
+   *
+   * After the head the body's first byte must come within the headers time-out (a stream's
+   * prefill: vLLM sends its head at once), then each chunk within the body time-out of the
+   * one before (`EngineTimeouts`). A prefill past its bound ends as `engine_timeout`, a gap
+   * between chunks as `engine_error`; either way the connection closes and vLLM aborts the
+   * request.
    *
    * Dispatched with a handler of its own rather than `request()`: each chunk goes from
    * undici's parser straight to the relay, without a Readable, an async iterator and a promise
@@ -122,14 +151,33 @@ export class EngineClient {
       // reaches the relay: an error frame is always the last.
       let settled = false;
       let stopListening = () => {};
+      // The wait for the body's next byte: its first one, then each next chunk.
+      let silence: NodeJS.Timeout | undefined;
+      let waiting: EngineSilence['wait'] | undefined;
       const settle = (outcome: CallOutcome) => {
         settled = true;
+        clearTimeout(silence);
         stopListening();
         resolve(outcome);
       };
       const fail = (err: unknown) => settle(this.failed(err, status !== 0, relay, cancellation));
+      // Settles first, so the error frame is this one; the abort then closes the connection
+      // (vLLM aborts a request whose client disconnects) and its error is ignored.
+      const silent = (wait: EngineSilence['wait']) => {
+        const err = new EngineSilence(wait);
+        if (!settled) fail(err);
+        controller?.abort(err);
+      };
+      const awaitBody = (wait: EngineSilence['wait'], ms: number) => {
+        clearTimeout(silence);
+        waiting = wait;
+        silence = setTimeout(silent, ms, wait);
+        // An open call holds its socket, which keeps the process up; the timer need not.
+        silence.unref();
+      };
       if (cancellation.reason) return fail(cancellation.reason);
       stopListening = cancellation.onAbort((why) => controller?.abort(why));
+      const { headersTimeoutMs, bodyTimeoutMs } = this;
       const handler: Dispatcher.DispatchHandler = {
         onRequestStart(c) {
           controller = c;
@@ -142,6 +190,7 @@ export class EngineClient {
           status = statusCode;
           const contentType = String(responseHeaders['content-type'] ?? 'application/json');
           relay.head({ status, contentType });
+          if (!settled) awaitBody('first', headersTimeoutMs);
         },
         onResponseData(_c, chunk) {
           if (first) {
@@ -149,6 +198,10 @@ export class EngineClient {
             first = undefined;
           }
           if (settled) return;
+          // Each later chunk restarts the gap's timer rather than making one: the per-token
+          // path allocates nothing for it.
+          if (waiting === 'first') awaitBody('gap', bodyTimeoutMs);
+          else silence?.refresh();
           relay.data(chunk);
           watch.data?.(chunk);
         },
@@ -223,6 +276,27 @@ export class EngineClient {
           '(ENGINE_HEADERS_TIMEOUT_MS; a non-streamed answer must be complete within it)',
       });
       return 'engine_timeout';
+    }
+    // The head came and no token after it: the prefill outlasted its bound. Not retryable,
+    // as for a head that never came: the same prompt would take as long again.
+    if (err instanceof EngineSilence && err.wait === 'first') {
+      relay.error({
+        code: 'engine_timeout',
+        message:
+          `engine ${this.name} sent no token within ${this.headersTimeoutMs / 1000} s of its ` +
+          "response head (ENGINE_HEADERS_TIMEOUT_MS; a stream's prefill must end within it)",
+      });
+      return 'engine_timeout';
+    }
+    // A stream that stopped between tokens: the engine is stuck, not slow.
+    if (err instanceof EngineSilence) {
+      relay.error({
+        code: 'engine_error',
+        message:
+          `engine ${this.name} failed mid-response: nothing for ${this.bodyTimeoutMs / 1000} s ` +
+          'after the last chunk (ENGINE_BODY_TIMEOUT_MS)',
+      });
+      return 'engine_error';
     }
     const message = err instanceof Error ? err.message : String(err);
     relay.error(

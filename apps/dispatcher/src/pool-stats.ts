@@ -39,6 +39,11 @@ export class PoolStats {
   private releasedSinceStats = 0;
   private drainPerSecond: number | undefined;
   private lastStatsAt: number;
+  /**
+   * Whether jobs waited at the last reading (queued, or no engine with room): the drain rate's
+   * window counts if they did at its start or its end (`smoothRate`).
+   */
+  private backloggedAtLastReading = false;
   /** Jobs waiting in the queue at the last reading (the degradation's queue pressure). */
   queuedNow = 0;
 
@@ -54,7 +59,8 @@ export class PoolStats {
    * This dispatcher leads the pool from now. The drain rate's window starts here: counted from
    * the last tick it led (or from its start), the first rate would spread the releases of a
    * second over the whole standby time, and the gateways would send far too long a
-   * Retry-After until the average caught up.
+   * Retry-After until the average caught up. Whether jobs waited at its start is the standby's
+   * last reading of the queue.
    */
   leading(): void {
     this.lastStatsAt = this.deps.now();
@@ -77,14 +83,24 @@ export class PoolStats {
         delayed: counts['delayed'] ?? 0,
       };
       for (const [state, n] of Object.entries(counts)) metrics.queueDepth.set({ pool, state }, n);
+      // Jobs wait now: queued (held long prompts count, in `delayed`), or no engine has room
+      // (all at their cap or gated), so the next one would wait.
+      const backlogged =
+        this.queuedNow > 0 ||
+        (engines.length > 0 && engines.every((e) => !gateDecision(e, policy, at).admit));
+      const backloggedAtStart = this.backloggedAtLastReading;
+      this.backloggedAtLastReading = backlogged;
       if (!this.deps.isLeader()) return;
       await this.deps.holding.prune();
       await this.deps.fairShare?.refresh();
-      this.drainPerSecond = smoothRate(
-        this.drainPerSecond,
-        this.releasedSinceStats,
-        (at - this.lastStatsAt) / 1000,
-      );
+      // Only windows in which jobs waited measure the drain: an idle one leaves the rate as
+      // it was, where counting it as nothing released decayed it toward 0 (and Retry-After
+      // to 60 s) after any idle spell.
+      this.drainPerSecond = smoothRate(this.drainPerSecond, {
+        released: this.releasedSinceStats,
+        seconds: (at - this.lastStatsAt) / 1000,
+        backlogged: backloggedAtStart || backlogged,
+      });
       this.releasedSinceStats = 0;
       this.lastStatsAt = at;
       const mode = this.deps.mode();
@@ -96,7 +112,8 @@ export class PoolStats {
       const stats = encodePoolStats({
         leader: this.deps.id,
         at,
-        drainPerSecond: this.drainPerSecond,
+        // 0: not known yet (no backlog seen since the lease was won); the gateways answer 5 s.
+        drainPerSecond: this.drainPerSecond ?? 0,
         queue: depth,
         loadState: this.deps.loadState(),
         mode,

@@ -1,12 +1,13 @@
 // The engine call against the real engine simulator (its faults switched on at run time): what
 // reaches the relay, in which order, and the outcome, for an answer, a 500, a 400, a stream cut off
 // mid-body, an engine nobody listens on, one that has the request and sends no head in time,
-// and a cancel before and during the call. The relay here records its calls; its own frames
-// and Redis are pinned in relay.test.ts.
+// a stream whose prefill outlasts the body time-out (or the headers time-out), one that stops
+// between chunks, and a cancel before and during the call. The relay here records its calls;
+// its own frames and Redis are pinned in relay.test.ts.
 import type { EngineConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import type { EndInfo, ErrorInfo, HeadInfo } from '@sluice/protocol';
-import { freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
+import { eventually, freePort, startEngineSim, type TestEngineSim } from '@sluice/test/support';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -45,7 +46,12 @@ function recordingRelay() {
   return { relay: relay as unknown as ReplyRelay, calls };
 }
 
-function client(url = sim.url, headersTimeoutMs = 10_000, apiKey?: string): EngineClient {
+function client(
+  url = sim.url,
+  headersTimeoutMs = 10_000,
+  apiKey?: string,
+  bodyTimeoutMs = 10_000,
+): EngineClient {
   const config: EngineConfig = {
     name: 'e',
     url,
@@ -54,7 +60,7 @@ function client(url = sim.url, headersTimeoutMs = 10_000, apiKey?: string): Engi
     lane: 'any',
     ...(apiKey === undefined ? {} : { apiKey }),
   };
-  const c = new EngineClient(config, { headersTimeoutMs, bodyTimeoutMs: 10_000 });
+  const c = new EngineClient(config, { headersTimeoutMs, bodyTimeoutMs });
   clients.push(c);
   return c;
 }
@@ -303,5 +309,104 @@ describe('engine call', () => {
       kind: 'error',
       info: { code: 'dispatcher_lost', message: 'request cancelled: its lock was lost' },
     });
+  });
+});
+
+describe('engine call time-outs', () => {
+  // Prefills at 1000 tokens a second; like vLLM it sends a stream's head at once and its first
+  // body byte with the first token.
+  let slow: TestEngineSim;
+  beforeAll(async () => {
+    slow = await startEngineSim([
+      ...['--profile', 'instant', '--model', 'm'],
+      ...['--prefill-tokens-per-second', '1000'],
+    ]);
+  });
+  afterAll(() => slow?.stop());
+  const streamOf = (promptTokens: number) =>
+    JSON.stringify({ ...JSON.parse(body(true, 5)), sim_prompt_tokens: promptTokens });
+
+  it('lets a stream prefill for longer than the body time-out: its first token is bounded by the headers time-out', async () => {
+    // Three seconds of prefill, fifteen body time-outs, well within the headers time-out.
+    const { relay, calls } = recordingRelay();
+    const outcome = await client(slow.url, 60_000, undefined, 200).call(
+      '/v1/chat/completions',
+      streamOf(3000),
+      relay,
+      new Cancellation(),
+    );
+    expect(calls.filter((c) => c.kind === 'error')).toEqual([]);
+    expect(outcome).toBe('ok');
+    expect(calls[0]).toMatchObject({ kind: 'head', info: { status: 200 } });
+    expect(calls.at(-1)).toMatchObject({ kind: 'end' });
+    const text = calls.map((c) => (c.kind === 'data' ? c.text : '')).join('');
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+  });
+
+  it('ends a stream whose prefill outlasts the headers time-out with engine_timeout after its head, and the engine drops it', async () => {
+    const { relay, calls } = recordingRelay();
+    // Twenty seconds of prefill against a headers time-out of 0.3 s.
+    const outcome = await client(slow.url, 300).call(
+      '/v1/chat/completions',
+      streamOf(20_000),
+      relay,
+      new Cancellation(),
+    );
+    expect(outcome).toBe('engine_timeout');
+    expect(calls).toEqual([
+      {
+        kind: 'head',
+        info: { status: 200, contentType: expect.stringContaining('text/event-stream') },
+      },
+      {
+        kind: 'error',
+        info: {
+          code: 'engine_timeout',
+          message:
+            "engine e sent no token within 0.3 s of its response head (ENGINE_HEADERS_TIMEOUT_MS; a stream's prefill must end within it)",
+        },
+      },
+    ]);
+    // The connection closed with the time-out: the engine aborts the prefill.
+    await eventually(async () => {
+      const state = await slow.state();
+      return state.running + state.waiting === 0;
+    }, 'the engine to drop the request');
+  });
+
+  it('ends a stream that stops between chunks for longer than the body time-out with engine_error', async () => {
+    const closed: Promise<unknown>[] = [];
+    const engine = createServer((req, res) => {
+      closed.push(once(req.socket, 'close'));
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[]}\n\n');
+    });
+    engine.listen(0, '127.0.0.1');
+    await once(engine, 'listening');
+    try {
+      const { port } = engine.address() as AddressInfo;
+      const { relay, calls } = recordingRelay();
+      const outcome = await client(`http://127.0.0.1:${port}`, 10_000, undefined, 200).call(
+        '/v1/chat/completions',
+        body(true),
+        relay,
+        new Cancellation(),
+      );
+      expect(outcome).toBe('engine_error');
+      expect(calls.map((c) => c.kind)).toEqual(['head', 'data', 'error']);
+      expect(calls.at(-1)).toEqual({
+        kind: 'error',
+        info: {
+          code: 'engine_error',
+          message:
+            'engine e failed mid-response: nothing for 0.2 s after the last chunk (ENGINE_BODY_TIMEOUT_MS)',
+        },
+      });
+      await closed[0];
+    } finally {
+      engine.closeAllConnections();
+      engine.close();
+    }
   });
 });

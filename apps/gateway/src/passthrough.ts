@@ -17,6 +17,11 @@
 // Given several targets (the engines of a pool), a request that no target answered goes to
 // the next one: only before any byte of an answer, and only for idempotent paths (the
 // callers pass one target otherwise).
+//
+// Timed as the dispatcher times an engine (apps/dispatcher/src/engine-call.ts): the head, and
+// after it the body's first byte, within the headers time-out; each later chunk within the
+// body time-out of the one before. A backend such as vLLM sends a stream's head at once, so
+// undici's own body timer (from the head) cut a stream whose prefill outlasted it; it is off.
 import { once } from 'node:events';
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { sseErrorEnd } from '@sluice/openai';
@@ -88,14 +93,33 @@ export interface PassthroughAnswer {
   reason?: RejectReason;
 }
 
+/** How long a backend may keep a pass-through request waiting (see the top of this file). */
+export interface PassthroughTimeouts {
+  /** Until the response head, and from the head until the body's first byte. */
+  headersTimeoutMs: number;
+  /** Longest gap between two body chunks after the first. */
+  bodyTimeoutMs: number;
+}
+
+/** The defaults of ENGINE_HEADERS_TIMEOUT_MS and ENGINE_BODY_TIMEOUT_MS (libs/config). */
+export const defaultPassthroughTimeouts: PassthroughTimeouts = {
+  headersTimeoutMs: 900_000,
+  bodyTimeoutMs: 300_000,
+};
+
 export class Passthrough {
-  private readonly agent = new Agent({ headersTimeout: 900_000, bodyTimeout: 300_000 });
+  private readonly agent: Agent;
   /** The requests in progress, each by the function that ends it from the gateway's side. */
   private readonly running = new Set<(r: Refusal) => void>();
   private idleWaiters: (() => void)[] = [];
 
   /** `tenants`: whether client keys are Sluice's own (then never forwarded). */
-  constructor(private readonly tenants: boolean) {}
+  constructor(
+    private readonly tenants: boolean,
+    private readonly timeouts: PassthroughTimeouts = defaultPassthroughTimeouts,
+  ) {
+    this.agent = new Agent({ headersTimeout: timeouts.headersTimeoutMs, bodyTimeout: 0 });
+  }
 
   /** Requests in progress. */
   get size(): number {
@@ -138,6 +162,9 @@ export class Passthrough {
       cutBy = r;
       controller.abort();
     };
+    const silence = new BodySilence(this.timeouts, (wait, baseUrl) =>
+      cut(silenceRefusal(wait, baseUrl, this.timeouts)),
+    );
     // Registered before the first await: the drain that starts next must see this request.
     this.running.add(cut);
     res.once('close', () => controller.abort());
@@ -168,7 +195,8 @@ export class Passthrough {
           if (String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream'))
             events = new SseEvents(MAX_HELD_EVENT_BYTES);
           res.writeHead(upstream.statusCode, out);
-          await relay(upstream.body, res, events, controller.signal);
+          silence.head(baseUrl);
+          await relay(upstream.body, res, events, controller.signal, silence);
           return { status: upstream.statusCode };
         } catch (err) {
           if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
@@ -191,6 +219,7 @@ export class Passthrough {
         }
       }
     } finally {
+      silence.stop();
       this.running.delete(cut);
       if (this.running.size === 0) for (const idle of this.idleWaiters.splice(0)) idle();
     }
@@ -236,14 +265,87 @@ async function relay(
   res: ServerResponse,
   events: SseEvents | undefined,
   signal: AbortSignal,
+  silence: BodySilence,
 ): Promise<void> {
   for await (const chunk of body) {
+    silence.chunk();
     const out = events ? events.complete(chunk) : chunk;
-    if (out && !res.write(out)) await once(res, 'drain', { signal });
+    if (out && !res.write(out)) {
+      // The client is slow, not the backend: undici's body timer did not run while its
+      // reader was paused either.
+      silence.stop();
+      await once(res, 'drain', { signal });
+      silence.chunk();
+    }
   }
   const rest = events?.rest();
   if (rest) res.write(rest);
   res.end();
+}
+
+/**
+ * A backend silent past its time-out, ended by the gateway: no first byte after the head is a
+ * prefill past its bound (`engine_timeout`, as from the dispatcher), a gap between chunks a
+ * backend stuck mid-answer.
+ */
+function silenceRefusal(
+  wait: 'first' | 'gap',
+  baseUrl: string,
+  { headersTimeoutMs, bodyTimeoutMs }: PassthroughTimeouts,
+): Refusal {
+  if (wait === 'first')
+    return refusal(
+      'engine_timeout',
+      `backend ${baseUrl} sent no body within ${headersTimeoutMs / 1000} s of its response ` +
+        "head (ENGINE_HEADERS_TIMEOUT_MS; a stream's prefill must end within it)",
+    );
+  return refusal(
+    'engine_error',
+    `backend ${baseUrl} failed mid-answer: nothing for ${bodyTimeoutMs / 1000} s after the ` +
+      'last chunk (ENGINE_BODY_TIMEOUT_MS)',
+  );
+}
+
+/**
+ * The wait for a backend's next body byte: the first within the headers time-out of the head
+ * (a stream's prefill), each next one within the body time-out of the one before.
+ */
+class BodySilence {
+  private timer: NodeJS.Timeout | undefined;
+  private baseUrl = '';
+  private sawFirst = false;
+
+  constructor(
+    private readonly timeouts: PassthroughTimeouts,
+    private readonly silent: (wait: 'first' | 'gap', baseUrl: string) => void,
+  ) {}
+
+  /** The head of `baseUrl`'s answer came: its first body byte is awaited. */
+  head(baseUrl: string): void {
+    this.baseUrl = baseUrl;
+    this.arm('first', this.timeouts.headersTimeoutMs);
+  }
+
+  /** A chunk came (or the client drained): the next gap starts. */
+  chunk(): void {
+    if (this.sawFirst && this.timer) this.timer.refresh();
+    else {
+      this.sawFirst = true;
+      this.arm('gap', this.timeouts.bodyTimeoutMs);
+    }
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private arm(wait: 'first' | 'gap', ms: number): void {
+    this.stop();
+    this.timer = setTimeout(() => this.silent(wait, this.baseUrl), ms);
+    // The request's own sockets keep the process up; the timer need not.
+    this.timer.unref();
+  }
 }
 
 /** A request the gateway ends (a shutdown), answered as a held request would be. */

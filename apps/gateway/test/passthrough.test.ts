@@ -1,5 +1,6 @@
 // A pass-through request between real sockets: a backend that records what it got, and a
-// client-facing server whose response Passthrough writes.
+// client-facing server whose response Passthrough writes. The backend's streams come as vLLM's
+// do: the head at once, the first event after the prefill.
 import { once } from 'node:events';
 import {
   createServer,
@@ -17,10 +18,20 @@ let edge: Server;
 let backendUrl: string;
 let edgeUrl: string;
 const passthrough = new Passthrough(false);
+/** Short time-outs: 2 s to the first byte after the head, 0.1 s between chunks after it. */
+const impatient = new Passthrough(false, { headersTimeoutMs: 2000, bodyTimeoutMs: 100 });
+/** The one the client-facing server forwards with. */
+let forwarder = passthrough;
 /** Headers the backend got, per request. */
 const received: IncomingHttpHeaders[] = [];
-/** What the next backend request answers: status, or 'hang' (head sent, body never ends). */
-let backendAnswer: number | 'hang' = 200;
+/** The backend's request sockets, once closed. */
+const backendClosed: Promise<unknown>[] = [];
+/**
+ * What the next backend request answers: status; 'hang' (head sent, body never ends);
+ * 'prefill' (a stream's head, then nothing: a prefill that never ends); 'slow-first' (a
+ * stream's head, its first event after a prefill of half a second, then nothing).
+ */
+let backendAnswer: number | 'hang' | 'prefill' | 'slow-first' = 200;
 let answered: Promise<PassthroughAnswer> | undefined;
 
 const listen = async (server: Server) => {
@@ -32,10 +43,18 @@ const listen = async (server: Server) => {
 beforeAll(async () => {
   backend = createServer((req, res) => {
     received.push(req.headers);
+    backendClosed.push(once(req.socket, 'close'));
     req.resume();
     if (backendAnswer === 'hang') {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: first\n\n');
+      return;
+    }
+    if (backendAnswer === 'prefill' || backendAnswer === 'slow-first') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();
+      // The prefill: longer than the impatient body time-out, shorter than its headers one.
+      if (backendAnswer === 'slow-first') setTimeout(() => res.write('data: first\n\n'), 500);
       return;
     }
     res.writeHead(backendAnswer, {
@@ -56,7 +75,7 @@ beforeAll(async () => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      answered = passthrough.forward(
+      answered = forwarder.forward(
         { url: backendUrl },
         '/v1/completions',
         req.headers,
@@ -72,6 +91,7 @@ afterAll(async () => {
   backend.closeAllConnections();
   edge.closeAllConnections();
   await passthrough.close();
+  await impatient.close();
   backend.close();
   edge.close();
 });
@@ -124,5 +144,46 @@ describe('pass-through', () => {
     await reader.read();
     controller.abort();
     expect(await answered).toEqual({ status: 499, reason: 'cancelled' });
+  });
+
+  it("ends a stream whose first byte does not come within the headers time-out of its head in-band with engine_timeout, and closes the backend's connection", async () => {
+    backendAnswer = 'prefill';
+    forwarder = impatient;
+    try {
+      const res = await fetch(`${edgeUrl}/`, { method: 'POST', body: '{}' });
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      expect(text.startsWith('data: {"error":')).toBe(true);
+      const error = JSON.parse(text.slice('data: '.length, text.indexOf('\n'))) as {
+        error: { code: string; message: string };
+      };
+      expect(error.error.code).toBe('engine_timeout');
+      expect(error.error.message).toBe(
+        `backend ${backendUrl} sent no body within 2 s of its response head (ENGINE_HEADERS_TIMEOUT_MS; a stream's prefill must end within it)`,
+      );
+      expect(await answered).toEqual({ status: 504, reason: 'engine_timeout' });
+      await backendClosed.at(-1);
+    } finally {
+      forwarder = passthrough;
+    }
+  });
+
+  it('waits for a first byte past the body time-out, then bounds the gaps after it by the body time-out', async () => {
+    backendAnswer = 'slow-first';
+    forwarder = impatient;
+    try {
+      const res = await fetch(`${edgeUrl}/`, { method: 'POST', body: '{}' });
+      const text = await res.text();
+      // The first event came after five body time-outs and went out whole.
+      expect(text.startsWith('data: first\n\ndata: {"error":')).toBe(true);
+      expect(text).toContain('"code":"engine_error"');
+      expect(text).toContain(
+        `backend ${backendUrl} failed mid-answer: nothing for 0.1 s after the last chunk (ENGINE_BODY_TIMEOUT_MS)`,
+      );
+      expect(await answered).toEqual({ status: 502, reason: 'engine_error' });
+      await backendClosed.at(-1);
+    } finally {
+      forwarder = passthrough;
+    }
   });
 });

@@ -1,6 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { retryAfterBounds, retryAfterSeconds, smoothRate } from '../src/retry-after.ts';
+import {
+  retryAfterBounds,
+  retryAfterSeconds,
+  smoothRate,
+  type DrainWindow,
+} from '../src/retry-after.ts';
 
 describe('Retry-After estimate', () => {
   it('is the time to drain the queue ahead, in whole seconds', () => {
@@ -8,7 +13,7 @@ describe('Retry-After estimate', () => {
     expect(retryAfterSeconds({ queued: 0, drainPerSecond: 10 })).toBe(1);
   });
 
-  it('answers 5 s when nothing has drained lately', () => {
+  it('answers 5 s while the drain rate is unknown', () => {
     expect(retryAfterSeconds({ queued: 3, drainPerSecond: 0 })).toBe(5);
     expect(retryAfterSeconds({ queued: 3, drainPerSecond: undefined })).toBe(5);
   });
@@ -29,12 +34,76 @@ describe('Retry-After estimate', () => {
   });
 
   it('smooths a rate toward new samples without jumping to them', () => {
-    expect(smoothRate(undefined, 10, 1)).toBe(10);
-    const next = smoothRate(10, 0, 1, 0.3);
+    const busy = (released: number, seconds: number) => ({ released, seconds, backlogged: true });
+    expect(smoothRate(undefined, busy(10, 1))).toBe(10);
+    const next = smoothRate(10, busy(0, 1), 0.3);
     expect(next).toBeCloseTo(7, 10);
-    expect(smoothRate(10, 0, 0)).toBe(10);
+    expect(smoothRate(10, busy(0, 0))).toBe(10);
     // A long gap weighs the new sample more than a short one.
-    expect(smoothRate(10, 0, 5, 0.3)).toBeLessThan(smoothRate(10, 0, 1, 0.3));
+    expect(smoothRate(10, busy(0, 5), 0.3)).toBeLessThan(smoothRate(10, busy(0, 1), 0.3)!);
+  });
+
+  it('counts only windows in which jobs waited: an idle spell leaves the rate, and Retry-After, as the last backlog left them', () => {
+    // A pool that drained 4 jobs a second while jobs waited, then 30 s with nothing to drain.
+    let rate: number | undefined;
+    for (let s = 0; s < 5; s += 1)
+      rate = smoothRate(rate, { released: 4, seconds: 1, backlogged: true });
+    expect(rate).toBe(4);
+    for (let s = 0; s < 30; s += 1)
+      rate = smoothRate(rate, { released: 0, seconds: 1, backlogged: false });
+    expect(rate).toBe(4);
+    // A burst then fills the queue (8): the refused client is told 3 s, not 60.
+    expect(retryAfterSeconds({ queued: 8, drainPerSecond: rate })).toBe(3);
+    // A stats tick late by a minute: one idle window of 60 s changes nothing either.
+    expect(smoothRate(4, { released: 0, seconds: 60, backlogged: false })).toBe(4);
+    // Releases while nothing waited followed the requests, not the pool: not counted.
+    expect(smoothRate(4, { released: 1, seconds: 1, backlogged: false })).toBe(4);
+  });
+
+  it('is unknown (5 s) until a backlog has been seen, however long the pool idled', () => {
+    expect(smoothRate(undefined, { released: 0, seconds: 3600, backlogged: false })).toBe(
+      undefined,
+    );
+    expect(smoothRate(undefined, { released: 2, seconds: 1, backlogged: false })).toBe(undefined);
+    expect(retryAfterSeconds({ queued: 8, drainPerSecond: undefined })).toBe(5);
+  });
+
+  it('still comes down while a backlog does not drain (a paused pool, closed gates)', () => {
+    let rate: number | undefined = 4;
+    for (let s = 0; s < 30; s += 1)
+      rate = smoothRate(rate, { released: 0, seconds: 1, backlogged: true });
+    expect(retryAfterSeconds({ queued: 8, drainPerSecond: rate })).toBe(60);
+  });
+
+  it('an idle spell of any length never raises Retry-After above what the last backlog gives, nor changes what a later backlog measures', () => {
+    const window = (backlogged: boolean, minReleased = 0) =>
+      fc.record({
+        released: fc.integer({ min: minReleased, max: 200 }),
+        seconds: fc.double({ min: 0.01, max: 3600, noNaN: true }),
+        backlogged: fc.constant(backlogged),
+      });
+    fc.assert(
+      fc.property(
+        fc.array(window(true), { minLength: 1, maxLength: 20 }),
+        fc.array(window(false), { maxLength: 50 }),
+        window(true, 1),
+        fc.nat(10_000),
+        (busy, idle, after, queued) => {
+          const run = (windows: readonly DrainWindow[]) =>
+            windows.reduce<number | undefined>((rate, w) => smoothRate(rate, w), undefined);
+          const lastBusy = run(busy);
+          const afterIdle = run([...busy, ...idle]);
+          expect(afterIdle).toBe(lastBusy);
+          expect(retryAfterSeconds({ queued, drainPerSecond: afterIdle })).toBeLessThanOrEqual(
+            retryAfterSeconds({ queued, drainPerSecond: lastBusy }),
+          );
+          // A backlog after the spell is measured as if the spell had not been.
+          const later = run([...busy, ...idle, after]);
+          expect(later).toBe(run([...busy, after]));
+          expect(later).toBeGreaterThan(0);
+        },
+      ),
+    );
   });
 
   it('waits longer for a longer queue and shorter for a faster drain', () => {
@@ -78,7 +147,11 @@ describe('Retry-After estimate', () => {
         fc.double({ min: 0.01, max: 0.99, noNaN: true }),
         (previous, events, seconds, alpha) => {
           const sample = events / seconds;
-          const next = smoothRate(previous, events, seconds, alpha);
+          const next = smoothRate(
+            previous,
+            { released: events, seconds, backlogged: true },
+            alpha,
+          )!;
           const eps = 1e-9 * Math.max(1, previous, sample);
           expect(next).toBeGreaterThanOrEqual(Math.min(previous, sample) - eps);
           expect(next).toBeLessThanOrEqual(Math.max(previous, sample) + eps);

@@ -368,11 +368,11 @@ export const VARIABLES = {
   }),
   ENGINE_HEADERS_TIMEOUT_MS: v(ms(1), {
     fallback: 900_000,
-    help: "longest wait for an engine's response head, then 504 engine_timeout: for a stream its prefill (minutes on a long prompt), for a non-streamed request the whole generation (vLLM sends that head with the complete answer)",
+    help: "longest wait for an engine's response head and, after it, for the first byte of its body, then engine_timeout (504, in-band once a stream has started): for a non-streamed request the whole generation (vLLM sends that head with the complete answer), for a stream its prefill (vLLM sends a stream's head at once and the first token after the prefill: minutes on a long prompt)",
   }),
   ENGINE_BODY_TIMEOUT_MS: v(ms(1), {
     fallback: 300_000,
-    help: 'longest gap between two chunks of an engine response',
+    help: "longest gap between two chunks of an engine response after the first (the wait for the first is ENGINE_HEADERS_TIMEOUT_MS's), then the answer breaks off with engine_error",
   }),
   SLUICE_LEASE_TTL_MS: v(ms(500), {
     fallback: 5000,
