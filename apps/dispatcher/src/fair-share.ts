@@ -2,12 +2,16 @@
 // tenant with waiting work and the least weighted service (`@sluice/admission`'s Virtual
 // Token Counter) has its next job moved to the front of the queue; input tokens are charged
 // at release (the gateway's estimate, replaced by the engine's `usage.prompt_tokens` when the
-// answer reports it), output tokens as they stream. The input charge is made when the release loop
-// lets a job go (`released`, in turn with the picks, so the next pick sees it) and given back
-// when the job runner then skips the job (`notRun`); the tenant's counters count it only once
-// it really goes to its engine (`started`). The counters live in this process and are
-// written to Redis (keys.fairShare) every second and at a handover, with who was waiting,
-// so the next leader goes on from them (docs/broker.md, "Tenants and fair share").
+// answer reports it), output tokens as they stream. A non-streamed answer shows nothing until
+// it is whole, and a run that ends before (cancelled, timed out, failed) reports no usage, so
+// its output is reserved at release instead and settled when the run ends (`outputEnded`):
+// otherwise a tenant would pay only its prompts for the answers it abandons. The charges are
+// made when the release loop lets a job go (`released`, in turn with the picks, so the next
+// pick sees them) and given back when the job runner then skips the job (`notRun`); the
+// tenant's counters count it only once it really goes to its engine (`started`). The counters
+// live in this process and are written to Redis (keys.fairShare) every second and at a
+// handover, with who was waiting, so the next leader goes on from them (docs/broker.md,
+// "Tenants and fair share").
 //
 // Each pick sends the move and the reading for the next pick ahead of the take, on BullMQ's
 // connection (tenant-queues.ts): once the take answered, the next pick needs no read of its
@@ -18,6 +22,7 @@ import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
+import { sequencesOf } from './ledger.js';
 import {
   afterTake,
   TenantQueues,
@@ -31,6 +36,21 @@ import { limitedWarn, type LimitedWarn } from './warn-limit.js';
 // so the next leader lifts nobody who was waiting all along. Tenant names cannot contain ':'.
 const ACTIVE_FIELD = ':active';
 const LAST_FIELD = ':last';
+
+/**
+ * The output per sequence reserved for a non-streamed request that sets no limit
+ * (`max_tokens`, `max_completion_tokens`) before any such run of the pool reported its usage.
+ * vLLM's own default limit is the rest of the context window (tens of thousands of tokens), far
+ * above a usual answer; 256 is a short answer's length, so an honest client is not held back
+ * for long while it runs, and the pool's mean (below) soon replaces it.
+ */
+export const DEFAULT_OUTPUT_PER_SEQUENCE = 256;
+/**
+ * How much one run moves that mean: an exponentially weighted mean over about the last 32
+ * non-streamed runs without a limit, so it follows the pool's answers as they change and no
+ * single run, however long, moves it far.
+ */
+const OUTPUT_MEAN_WEIGHT = 1 / 32;
 
 export interface FairShareDeps {
   pool: string;
@@ -66,6 +86,14 @@ export class FairShare {
   private ahead: Promise<MoveAndReading> | undefined;
   /** The queues as the last take left them, when its reading could tell. */
   private afterLastTake: Promise<TenantQueuesReading | undefined> | undefined;
+  /** The output reserved for each non-streamed job released and not yet settled, by job id. */
+  private readonly reserved = new Map<string, number>();
+  /**
+   * Output per sequence of the pool's non-streamed runs without a limit that reported usage
+   * (a running mean), reserved for the next such job. Kept in this process only: a new leader
+   * starts again from DEFAULT_OUTPUT_PER_SEQUENCE.
+   */
+  private outputPerSequence = DEFAULT_OUTPUT_PER_SEQUENCE;
 
   constructor(private readonly deps: FairShareDeps) {
     const names = deps.tenants.map((t) => t.name);
@@ -184,14 +212,22 @@ export class FairShare {
   /**
    * The release loop let a job of `payload.tenant` go: it left the queue, and its input is
    * charged now, in turn with the picks, so the next pick sees it (the runner's checks before
-   * the engine call take a Redis round trip, too late for that pick). `started` or `notRun`
-   * follows.
+   * the engine call take a Redis round trip, too late for that pick). A non-streamed job's
+   * output is reserved with it (`expectedOutput`). `started` or `notRun` follows.
    */
   released(jobId: string, payload: JobPayload): void {
     const tenant = payload.tenant;
     if (tenant === undefined || !this.weights.has(tenant)) return;
     this.queues.remove(tenant, jobId);
     this.counter.chargeInput(tenant, payload.promptTokens ?? 0);
+    if (!payload.stream) {
+      // vLLM writes a non-streamed answer only once it is generated (serving_chat.py,
+      // `chat_completion_full_generator`): nothing is charged while it runs, and a run that
+      // ends early reports no usage. Charged ahead, it counts in the picks while it runs.
+      const reserve = this.expectedOutput(payload);
+      this.counter.chargeOutput(tenant, reserve);
+      this.reserved.set(jobId, reserve);
+    }
     this.dirty = true;
     this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
     this.deps.metrics.tenantInflight.set(
@@ -211,13 +247,15 @@ export class FairShare {
 
   /**
    * A job `released` was not run after all (its client left, it was cancelled, its body was
-   * gone): its input charge is given back, so a tenant whose jobs never reached an engine does
-   * not fall behind in the order.
+   * gone): its input charge, and the output reserved for it, are given back, so a tenant whose
+   * jobs never reached an engine does not fall behind in the order.
    */
-  notRun(payload: JobPayload): void {
+  notRun(jobId: string, payload: JobPayload): void {
+    const reserved = this.takeReserved(jobId);
     const tenant = payload.tenant;
     if (tenant === undefined || !this.weights.has(tenant)) return;
     this.counter.refundInput(tenant, payload.promptTokens ?? 0);
+    this.counter.correctOutput(tenant, reserved, 0);
     this.dirty = true;
   }
 
@@ -230,6 +268,56 @@ export class FairShare {
     if (tenant === undefined || !this.weights.has(tenant)) return;
     this.counter.correctInput(tenant, payload.promptTokens ?? 0, promptTokens);
     this.dirty = true;
+  }
+
+  /**
+   * The engine call of a non-streamed job `released` ended: the output reserved for it is
+   * settled. Replaced by `completionTokens`, the engine's `usage.completion_tokens`, when the
+   * answer reported it; given back when the engine refused the request (`refused`: a 4xx
+   * answer, nothing generated); kept otherwise. A run cancelled by its client, timed out or
+   * failed reports no usage, and what the engine generated for it is unknown: the tenant pays
+   * the reservation, as a stream it abandons pays the tokens that passed. A streamed job has
+   * nothing reserved (its count is settled through `output`).
+   */
+  outputEnded(
+    jobId: string,
+    payload: JobPayload,
+    completionTokens: number | undefined,
+    refused: boolean,
+  ): void {
+    const reserved = this.takeReserved(jobId);
+    const tenant = payload.tenant;
+    if (payload.stream || tenant === undefined || !this.weights.has(tenant)) return;
+    if (completionTokens === undefined) {
+      if (refused) {
+        this.counter.correctOutput(tenant, reserved, 0);
+        this.dirty = true;
+      }
+      return;
+    }
+    this.counter.correctOutput(tenant, reserved, completionTokens);
+    this.dirty = true;
+    if (completionTokens > 0)
+      this.deps.metrics.tenantTokens.inc(
+        { pool: this.deps.pool, tenant, kind: 'output' },
+        completionTokens,
+      );
+    // Only answers no limit cut short tell what a request without a limit will cost.
+    if (payload.maxTokens === undefined) {
+      const perSequence = completionTokens / sequencesOf(payload);
+      this.outputPerSequence += (perSequence - this.outputPerSequence) * OUTPUT_MEAN_WEIGHT;
+    }
+  }
+
+  /**
+   * The output reserved for a non-streamed job at release: its limit (the client's
+   * `max_completion_tokens`, else `max_tokens`, as the gateway put it in the payload) for each
+   * of its sequences, since the engine generates up to that per sequence; without a limit, the
+   * pool's mean output per sequence, rounded.
+   */
+  expectedOutput(payload: JobPayload): number {
+    const perSequence = payload.maxTokens ?? Math.round(this.outputPerSequence);
+    return perSequence * sequencesOf(payload);
   }
 
   /** The run of a released job ended. */
@@ -247,9 +335,9 @@ export class FairShare {
   }
 
   /**
-   * Output tokens of a running job of `tenant`, as they stream; negative at the end when the
-   * engine's usage reports fewer than were counted (output-tokens.ts, `end`): the counter is
-   * corrected, the token counter (a Prometheus counter) keeps what streamed.
+   * Output tokens of a running streamed job of `tenant`, as they stream; negative at the end
+   * when the engine's usage reports fewer than were counted (output-tokens.ts, `end`): the
+   * counter is corrected, the token counter (a Prometheus counter) keeps what streamed.
    */
   output(tenant: string | undefined, tokens: number): void {
     if (tenant === undefined || tokens === 0 || !this.weights.has(tenant)) return;
@@ -283,6 +371,13 @@ export class FairShare {
     } catch {
       // The next take or tick reads again.
     }
+  }
+
+  /** The output reserved for `jobId` (0 when none), forgotten: it is settled once. */
+  private takeReserved(jobId: string): number {
+    const reserved = this.reserved.get(jobId) ?? 0;
+    this.reserved.delete(jobId);
+    return reserved;
   }
 
   /** The queues as the last take left them, else a reading of its own (one round trip). */

@@ -33,8 +33,10 @@ export interface JobRunnerDeps {
   released: () => void;
   /**
    * The pool's fair share among tenants; absent without tenants. Told when a job goes to its
-   * engine (`started`) or is skipped (`notRun`: the release loop's input charge comes back),
-   * charged with output tokens, and given the engine's prompt count when it reports one.
+   * engine (`started`) or is skipped (`notRun`: the release loop's charges come back), charged
+   * with a stream's output tokens as they pass, told how a non-streamed job's call ended
+   * (`outputEnded`: its reserved output is settled), and given the engine's prompt count when it
+   * reports one.
    */
   fairShare?: FairShare;
 }
@@ -102,9 +104,11 @@ export class JobRunner {
       // Nothing above is meant to throw; should something, the process must not die of it.
       this.deps.log.error({ jobId: entry.id, err }, 'job run failed');
       // Thrown before the engine call and before a skip (which gives the charge back itself):
-      // the tenant got nothing for its charge.
+      // the tenant got nothing for its charge. Thrown after it: what the engine generated is
+      // unknown, and a non-streamed job's reservation stays charged.
       if (!entry.recorded && entry.callStartedAt === undefined)
-        this.deps.fairShare?.notRun(entry.payload);
+        this.deps.fairShare?.notRun(entry.id, entry.payload);
+      else this.deps.fairShare?.outputEnded(entry.id, entry.payload, undefined, false);
       return undefined;
     }
   }
@@ -156,8 +160,9 @@ export class JobRunner {
     const { job, token, engine, payload, work, id: jobId } = entry;
     const skip = (reason: string) => {
       entry.recorded = true;
-      // The release loop charged the tenant when it let the job go; it never reached an engine.
-      this.deps.fairShare?.notRun(payload);
+      // The release loop charged the tenant when it let the job go (its input, and a
+      // non-streamed job's reserved output); it never reached an engine.
+      this.deps.fairShare?.notRun(jobId, payload);
       return this.discard(job, token, reason).then(() => undefined);
     };
     if (!(await this.replicaAlive(entry))) return skip('client_gone');
@@ -223,7 +228,9 @@ export class JobRunner {
                 { jobId, pool, engine: engine.name, usage: tokens.ignored },
                 'engine usage count is not a token count: ignored',
               );
-            fairShare?.output(payload.tenant, more);
+            // A stream was charged as it passed: the engine's count corrects that. A
+            // non-streamed answer's count settles its reservation once the call ended (below).
+            if (payload.stream) fairShare?.output(payload.tenant, more);
             const promptTokens = tokens.reported?.promptTokens;
             if (promptTokens !== undefined) fairShare?.inputReported(payload, promptTokens);
             return payload.endCounts === true ? tokens.totals() : undefined;
@@ -231,6 +238,15 @@ export class JobRunner {
         },
         payload,
       );
+      // However the call ended: a cancel, a time-out or a failure before the whole answer
+      // leaves no usage, and the reservation made at release stays charged.
+      if (!payload.stream)
+        fairShare?.outputEnded(
+          jobId,
+          payload,
+          tokens.reported?.completionTokens,
+          outcome === 'client_error',
+        );
     } finally {
       cancels.unregister(jobId);
       if (relay) hub.close(relay);

@@ -18,7 +18,9 @@
 // one copy per stream, when that line spans chunks).
 //
 // At the end, the engine's own `usage.completion_tokens` (every non-streamed answer; a stream
-// whose client asked for `stream_options.include_usage`) replaces the count:
+// whose client asked for `stream_options.include_usage`) replaces the count. A non-streamed
+// answer counts nothing before it (the job runner hands its `reported` count to the fair share,
+// which settles the output it reserved at release: fair-share.ts, `outputEnded`):
 // - A stream's `usage` is in its last event, just before `[DONE]`: only the body's last
 //   TAIL_BYTES are searched (the chunks they span are kept by reference).
 // - A non-streamed answer is kept whole until its end by the relay anyway (relay.ts, `whole`);

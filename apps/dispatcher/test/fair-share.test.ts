@@ -8,7 +8,7 @@ import type { Redis } from '@sluice/redis';
 import type { Queue, Worker } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
-import { FairShare } from '../src/fair-share.ts';
+import { DEFAULT_OUTPUT_PER_SEQUENCE, FairShare } from '../src/fair-share.ts';
 
 let fixture: QueueFixture;
 let redis: Redis;
@@ -61,8 +61,8 @@ const payload = (tenant: string): JobPayload => ({
   tenant,
 });
 
-async function add(tenant: string, id: string): Promise<void> {
-  await queue.add('completion', payload(tenant), { jobId: id, priority: 1 });
+async function add(tenant: string, id: string, data = payload(tenant)): Promise<void> {
+  await queue.add('completion', data, { jobId: id, priority: 1 });
   await redis.zadd(keys.tenantQueued('p', tenant), 1, id);
 }
 
@@ -142,7 +142,7 @@ describe('fair share (leader side)', () => {
     // Charged at release: alpha is behind beta now.
     expect(fair.view()['alpha']!.virtualTokens).toBe(100);
     // a0's client left before it ran (job-runner.ts, `skip`): alpha got nothing.
-    fair.notRun(payload('alpha'));
+    fair.notRun('a0', payload('alpha'));
     fair.ended(payload('alpha'));
     expect(fair.view()['alpha']).toMatchObject({ virtualTokens: 0, inflight: 0 });
     // A tie again, which goes to the tenant configured first.
@@ -171,6 +171,119 @@ describe('fair share (leader side)', () => {
     // is not lifted to alpha's counter as a tenant that just became active would be.
     await add('alpha', 'a1');
     expect(await releaseNext(next, 1)).toBe('beta:b0');
+  });
+
+  describe("a non-streamed job's output, reserved at release", () => {
+    /** A non-streamed job of `tenant`: 100 prompt tokens, and `more` as a gateway writes it. */
+    const whole = (tenant: string, more: Partial<JobPayload> = {}): JobPayload => ({
+      ...payload(tenant),
+      stream: false,
+      ...more,
+    });
+    const virtual = (fair: FairShare, tenant: string) => fair.view()[tenant]!.virtualTokens;
+    /** `sluice_tenant_tokens_total{kind="output"}` of the last FairShare made, for `tenant`. */
+    async function outputTokens(tenant: string): Promise<number> {
+      const metric = await registry.getSingleMetric('sluice_tenant_tokens_total')!.get();
+      return (
+        metric.values.find((v) => v.labels['tenant'] === tenant && v.labels['kind'] === 'output')
+          ?.value ?? 0
+      );
+    }
+
+    it('charges its limit per sequence at release, so the next pick sees it', async () => {
+      // a0 is not streamed: nothing will be seen of its output until it is whole.
+      await add('alpha', 'a0', whole('alpha', { maxTokens: 50, sequences: 2 }));
+      await add('alpha', 'a1');
+      for (const id of ['b0', 'b1']) await add('beta', id);
+      const fair = fairShare();
+      await fair.load();
+      expect(await releaseNext(fair, 0)).toBe('alpha:a0');
+      // 100 prompt tokens, and 2 x 50 output tokens weighted twice.
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 2 * 50);
+      // A streamed job reserves nothing: its output is charged as it passes.
+      expect(await releaseNext(fair, 1)).toBe('beta:b0');
+      expect(virtual(fair, 'beta')).toBe(100);
+      // Beta, at 100, is still behind alpha's 300: its next job goes before alpha's.
+      expect(await releaseNext(fair, 2)).toBe('beta:b1');
+      // Nothing is counted as output served yet: only what the engine reports is.
+      expect(await outputTokens('alpha')).toBe(0);
+    });
+
+    it("replaces the reservation by the engine's usage when the run reports it", async () => {
+      const fair = fairShare();
+      await fair.load();
+      const job = whole('alpha', { maxTokens: 500 });
+      fair.released('a0', job);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 500);
+      fair.outputEnded('a0', job, 30, false);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 30);
+      expect(await outputTokens('alpha')).toBe(30);
+      // Settled once: a second end changes nothing.
+      fair.outputEnded('a0', job, undefined, true);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 30);
+    });
+
+    it('keeps the reservation charged when the run ends without usage (cancelled, timed out, failed)', async () => {
+      const fair = fairShare();
+      await fair.load();
+      const job = whole('alpha', { maxTokens: 200 });
+      for (const id of ['a0', 'a1', 'a2']) {
+        fair.released(id, job);
+        fair.outputEnded(id, job, undefined, false);
+        fair.ended(job);
+      }
+      // Three abandoned answers cost their prompts and their limits, not the prompts alone.
+      expect(virtual(fair, 'alpha')).toBe(3 * (100 + 2 * 200));
+      expect(await outputTokens('alpha')).toBe(0);
+      await fair.flush();
+      expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe(String(3 * (100 + 2 * 200)));
+      // A request the engine refused (a 4xx, no usage) generated nothing: given back.
+      fair.released('a3', job);
+      fair.outputEnded('a3', job, undefined, true);
+      expect(virtual(fair, 'alpha')).toBe(4 * 100 + 3 * 2 * 200);
+    });
+
+    it('gives the reservation back with the input charge when the job is not run', async () => {
+      for (const id of ['a0', 'a1']) await add('alpha', id);
+      await add('beta', 'b0');
+      const fair = fairShare();
+      await fair.load();
+      await fair.prepareNext();
+      const job = await worker.getNextJob('tok0', { block: false });
+      fair.taken(job?.id, false);
+      expect(job?.id).toBe('a0');
+      const a0 = whole('alpha', { maxTokens: 300 });
+      fair.released('a0', a0);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 300);
+      // Its client left before it ran (job-runner.ts, `skip`): alpha got nothing for it.
+      fair.notRun('a0', a0);
+      fair.ended(a0);
+      expect(fair.view()['alpha']).toMatchObject({ virtualTokens: 0, inflight: 0 });
+      // A tie again, which goes to the tenant configured first.
+      expect(await releaseNext(fair, 1)).toBe('alpha:a1');
+    });
+
+    it("reserves the pool's mean output per sequence for a job without a limit", async () => {
+      const fair = fairShare();
+      await fair.load();
+      const open = whole('alpha', { sequences: 2 });
+      expect(fair.expectedOutput(open)).toBe(2 * DEFAULT_OUTPUT_PER_SEQUENCE);
+      fair.released('a0', open);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 2 * DEFAULT_OUTPUT_PER_SEQUENCE);
+      // Its usage: 2 x 64 tokens. The mean moves 1/32 of the way from 256 to 64 per sequence.
+      fair.outputEnded('a0', open, 128, false);
+      expect(virtual(fair, 'alpha')).toBe(100 + 2 * 128);
+      const mean = DEFAULT_OUTPUT_PER_SEQUENCE + (64 - DEFAULT_OUTPUT_PER_SEQUENCE) / 32;
+      expect(fair.expectedOutput(whole('beta'))).toBe(Math.round(mean));
+      // A limited answer says nothing of an unlimited one's length, nor does one without usage.
+      const limited = whole('alpha', { maxTokens: 4 });
+      fair.released('a1', limited);
+      fair.outputEnded('a1', limited, 4, false);
+      fair.released('a2', open);
+      fair.outputEnded('a2', open, undefined, false);
+      expect(fair.expectedOutput(whole('beta'))).toBe(Math.round(mean));
+      expect(fair.expectedOutput(limited)).toBe(4);
+    });
   });
 
   it('ignores counters of tenants no longer configured, and values that are not numbers', async () => {

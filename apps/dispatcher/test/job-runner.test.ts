@@ -147,6 +147,8 @@ async function take(
     more?: Partial<JobPayload>;
     /** Another engine than the simulator. */
     engineUrl?: string;
+    /** False: a non-streamed request (body and payload). */
+    stream?: boolean;
   } = {},
 ) {
   const replica = `r${(replicas += 1)}`;
@@ -154,7 +156,7 @@ async function take(
   const body = JSON.stringify({
     model: 'm',
     messages: [{ role: 'user', content: 'hi' }],
-    stream: true,
+    stream: opts.stream ?? true,
     max_tokens: opts.maxTokens ?? 3,
     ignore_eos: true,
     ...(opts.simPromptTokens === undefined ? {} : { sim_prompt_tokens: opts.simPromptTokens }),
@@ -164,7 +166,7 @@ async function take(
     v: 1,
     ...(opts.bodyInKey === undefined ? { body } : { bodyInKey: true as const }),
     path: '/v1/chat/completions',
-    stream: true,
+    stream: opts.stream ?? true,
     replica,
     enqueuedAt: Date.now(),
     deadline: Date.now() + 60_000,
@@ -414,6 +416,86 @@ describe('job runner', () => {
     expect(end).toMatchObject({ info: { promptTokens: 40, completionTokens: 3 } });
     // The engine's 40 prompt tokens, not the estimate, and the output weighted twice.
     expect(fairShare.view()[tenant]!.virtualTokens).toBe(40 + 2 * 3);
+  });
+
+  it("settles a non-streamed job's reserved output with the engine's usage", async () => {
+    const tenant = 'whole-tenant';
+    const fairShare = fairShareOf(tenant);
+    const run = runner(undefined, { fairShare });
+    // The client's limit (the payload's) is 50; the engine generates 3.
+    const sent = await take({
+      tenant,
+      stream: false,
+      promptTokens: 6,
+      simPromptTokens: 40,
+      more: { maxTokens: 50 },
+    });
+    fairShare.released(sent.entry.id, sent.entry.payload);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6 + 2 * 50);
+    expect(await runAndRecord(sent.entry, run)).toBe('ok');
+    const end = await eventually(() => sent.frames.find((f) => f.type === 'end'), 'the end frame');
+    expect(end).toMatchObject({ info: { promptTokens: 40, completionTokens: 3 } });
+    // The engine's counts replace both the estimate and the reservation.
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(40 + 2 * 3);
+    expect(await count(metrics.tenantTokens, { tenant, kind: 'output' })).toBe(3);
+  });
+
+  it("keeps a non-streamed job's reservation charged when its call is cancelled before the answer", async () => {
+    const tenant = 'abandoning-tenant';
+    const fairShare = fairShareOf(tenant);
+    // An engine that takes the request and generates for as long as it is left to.
+    const requests: Array<() => void> = [];
+    const stand = createServer((req) => {
+      req.resume();
+      req.on('end', () => requests.push(() => req.socket.destroy()));
+    });
+    stand.listen(0, '127.0.0.1');
+    await once(stand, 'listening');
+    try {
+      const url = `http://127.0.0.1:${(stand.address() as AddressInfo).port}`;
+      const sent = await take({
+        tenant,
+        stream: false,
+        promptTokens: 6,
+        engineUrl: url,
+        more: { maxTokens: 200 },
+      });
+      fairShare.released(sent.entry.id, sent.entry.payload);
+      const running = runAndRecord(sent.entry, runner(undefined, { fairShare }));
+      await eventually(() => requests.length === 1, 'the engine to have the request');
+      // Its client left while the engine generated: the answer never comes, nor its usage.
+      cancels.cancel(sent.job.id!, 'client went');
+      expect(await running).toBe('cancelled');
+      fairShare.ended(sent.entry.payload);
+      expect(fairShare.view()[tenant]).toMatchObject({ virtualTokens: 6 + 2 * 200, inflight: 0 });
+      expect(await count(metrics.tenantTokens, { tenant, kind: 'output' })).toBe(0);
+    } finally {
+      for (const close of requests) close();
+      stand.close();
+    }
+  });
+
+  it('gives back the reservation of a non-streamed job the engine refused (4xx), and of one skipped', async () => {
+    const tenant = 'refused-tenant';
+    const fairShare = fairShareOf(tenant);
+    const run = runner(undefined, { fairShare });
+    // A prompt over the engine's max_model_len: refused at once, 400, nothing generated.
+    const refused = await take({
+      tenant,
+      stream: false,
+      promptTokens: 6,
+      simPromptTokens: 1_000_000,
+      more: { maxTokens: 200 },
+    });
+    fairShare.released(refused.entry.id, refused.entry.payload);
+    expect(await runAndRecord(refused.entry, run)).toBe('ok');
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6);
+    // Skipped before its engine call (its client's replica is gone): nothing stays charged.
+    const gone = await take({ alive: false, tenant, stream: false, more: { maxTokens: 200 } });
+    fairShare.released(gone.entry.id, gone.entry.payload);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6 + 2 * 200);
+    await runAndRecord(gone.entry, run);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6);
   });
 
   it('skips a job cancelled before its run started', async () => {

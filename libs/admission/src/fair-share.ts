@@ -2,6 +2,9 @@
 // Serving Large Language Models" (OSDI 2024), Algorithm 2, in its weighted form.
 // Each tenant has a counter of the service it got, in weighted tokens: input tokens charged
 // at release (w_p), output tokens as they stream (w_q), both divided by the tenant's weight.
+// Output that cannot be seen as it is generated (an answer not streamed) the caller charges
+// ahead with `chargeOutput` and settles with `correctOutput` (to the engine's count, or to 0
+// for a request that never ran).
 // The next release goes to the waiting tenant with the smallest counter.
 //
 // The lift (Algorithm 2, on a request from a client with nothing queued): a tenant that
