@@ -1,24 +1,34 @@
 // Every client this replica holds, through what can go wrong around it: the reply
-// connection lost or Redis silent (redis-loss.ts), parked jobs lost by Redis
-// (parked-watch.ts), and a shutdown (drain.ts). Also the one admission check those states
-// imply for new requests.
+// connection lost or Redis silent (redis-loss.ts), parked jobs lost by Redis or left in a
+// pool without a leader (parked-watch.ts), and a shutdown (drain.ts). Also the one admission
+// check those states imply for new requests.
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from '@sluice/redis';
 import { drain } from './drain.js';
-import { ParkedWatch } from './parked-watch.js';
+import type { HeldRequest } from './held-request.js';
+import { ParkedWatch, type ParkedPool } from './parked-watch.js';
 import { ReplyLossWatch, type LossCause } from './redis-loss.js';
 import type { Passthrough } from './passthrough.js';
+import type { PoolQueue } from './pool-queue.js';
 import type { RedisAnswers } from './redis-probe.js';
 import { refusal, type Refusal } from './refuse.js';
 import type { ReplyRouter } from './replies.js';
 
-/** How often parked jobs are checked for existence (also right after Redis is back). */
+/**
+ * How often parked jobs are checked for existence and their pools for a leader (also right
+ * after Redis is back).
+ */
 export const PARKED_CHECK_MS = 1000;
 
 export interface HeldClientsOptions {
   replies: ReplyRouter;
   /** Pass-through requests in progress: drained with the held ones. */
   passthrough: Pick<Passthrough, 'size' | 'whenIdle' | 'cutAll'>;
+  /**
+   * The pools' queues: a pool's parked jobs are taken back once it has no leader. Absent: only
+   * their existence is watched.
+   */
+  pools?: ReadonlyMap<string, PoolQueue>;
   /** The command connection (bounded by its command timeout). */
   redis: Redis;
   subscriber: Redis;
@@ -59,6 +69,10 @@ export class HeldClients {
           refusal('queue_lost', 'the queued request was lost by Redis (restarted or failed over)'),
           'queue_lost',
         )();
+      },
+      leaders: options.pools && {
+        poolOf: (held) => poolOf(options.pools!, held),
+        onLeaderless: (held, pool, retryAfter) => this.leaderless(held, pool, retryAfter),
       },
       onError: (err) => log.warn({ err }, 'parked job check failed'),
     });
@@ -111,6 +125,17 @@ export class HeldClients {
     this.options.redis.off('ready', this.onCommandReady);
   }
 
+  /** Answers a parked client whose job the watch took back from a pool without a leader. */
+  private leaderless(held: HeldRequest, pool: ParkedPool, retryAfter: number | undefined): void {
+    const name = pool.pool.name;
+    this.options.log.warn(
+      { jobId: held.jobId, pool: name },
+      'no dispatcher leads the pool: parked job taken back',
+    );
+    // The reason a new request for the pool gets (completions.ts), and for the same cause.
+    held.fail(refusal('no_leader', `no dispatcher is leading pool ${name}`, retryAfter));
+  }
+
   private redisLost(cause: LossCause): void {
     const held = [...this.options.replies.held.values()];
     this.options.log.warn(
@@ -142,4 +167,11 @@ export class HeldClients {
     else this.options.redis.once('ready', takeBack);
     void this.parked.check();
   }
+}
+
+/** The pool whose queue holds `held`'s job: the one that names its job key so. */
+function poolOf(pools: ReadonlyMap<string, PoolQueue>, held: HeldRequest): PoolQueue | undefined {
+  const key = held.jobKey;
+  for (const pool of pools.values()) if (pool.jobKey(held.jobId) === key) return pool;
+  return undefined;
 }

@@ -11,8 +11,33 @@
 // connection and may be read after our EXISTS answer. For the same reason nothing is read
 // while the reply connection is down, and what was suspected before it went down is
 // forgotten: a job served meanwhile is gone too, with its frames.
+//
+// The same round reads whether each pool with parked jobs still has a leader: a pool that
+// loses its last dispatcher keeps its queue, and nothing would release it, so its clients
+// would wait their park limit and then hear "no capacity" while new requests are refused
+// no_leader at once. The reading is PoolQueue.hasLeader's, cached and forgiving a hand-over:
+// a pool answers "none" only once its lease has been missing past HANDOVER_GRACE_MS, as it
+// does for new requests. Its parked jobs are then removed, and only a client whose job was
+// removed is answered (no_leader): the removal is BullMQ's removeJob script, as for a client
+// that left, which leaves a job under a dispatcher's lock alone, and a take is one script
+// too, so a leader that appears and takes a job at that moment runs it for its client.
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
+import type { PoolQueue } from './pool-queue.js';
+
+/** What the watch reads and removes in a pool's queue. */
+export type ParkedPool = Pick<PoolQueue, 'pool' | 'hasLeader' | 'retryAfter' | 'withdrawQueued'>;
+
+export interface LeaderWatch {
+  /** The pool whose queue holds the job of `held`; none: its leader is not read. */
+  poolOf(held: HeldRequest): ParkedPool | undefined;
+  /**
+   * The job of `held`, still parked, was removed from the queue of `pool`, which has no
+   * leader; `retryAfter` is the pool's, read before the removal, so that nothing comes between
+   * the removal and the answer.
+   */
+  onLeaderless(held: HeldRequest, pool: ParkedPool, retryAfter: number | undefined): void;
+}
 
 export interface ParkedWatchOptions {
   intervalMs: number;
@@ -20,6 +45,8 @@ export interface ParkedWatchOptions {
   listening(): boolean;
   /** The job of `held` is not in Redis (two reads in a row, at least an interval apart). */
   onLost(held: HeldRequest): void;
+  /** Read each parked job's pool for a leader (absent: only existence is read). */
+  leaders?: LeaderWatch;
   onError(err: unknown): void;
   now?: () => number;
 }
@@ -45,7 +72,10 @@ export class ParkedWatch {
     clearInterval(this.timer);
   }
 
-  /** One round of reads: EXISTS per parked job, auto-pipelined, each bounded by the command timeout. */
+  /**
+   * One round of reads: EXISTS per parked job, then each of their pools' leader, auto-pipelined,
+   * each bounded by the command timeout.
+   */
   async check(): Promise<void> {
     if (!this.options.listening()) this.suspects.clear();
     if (this.running || this.redis.status !== 'ready' || !this.options.listening()) return;
@@ -69,9 +99,56 @@ export class ParkedWatch {
         }
       });
       this.suspects = suspects;
+      const leaderFailure = await this.leaderless(parked);
+      failure ??= leaderFailure;
       if (failure !== undefined) this.options.onError(failure);
     } finally {
       this.running = false;
     }
+  }
+
+  /** Takes back the parked jobs of pools without a leader; answers the first failure, if any. */
+  private async leaderless(parked: HeldRequest[]): Promise<unknown> {
+    const leaders = this.options.leaders;
+    if (!leaders) return undefined;
+    const byPool = new Map<ParkedPool, HeldRequest[]>();
+    for (const held of parked) {
+      const pool = held.parked ? leaders.poolOf(held) : undefined;
+      if (pool) byPool.set(pool, [...(byPool.get(pool) ?? []), held]);
+    }
+    const rounds = await Promise.allSettled(
+      [...byPool].map(([pool, jobs]) => this.withdraw(leaders, pool, jobs)),
+    );
+    for (const round of rounds) {
+      if (round.status === 'rejected') return round.reason;
+      if (round.value !== undefined) return round.value;
+    }
+    return undefined;
+  }
+
+  /**
+   * Removes the jobs of `pool` if it has no leader, and answers each one removed while still
+   * parked. Any other outcome leaves its client as it is: `taken` runs, `missing` is the
+   * existence read's to judge, and a removal that failed is tried again next round.
+   */
+  private async withdraw(
+    leaders: LeaderWatch,
+    pool: ParkedPool,
+    jobs: HeldRequest[],
+  ): Promise<unknown> {
+    // A read that fails is unknown, not "none": nobody is answered on it.
+    if (await pool.hasLeader()) return undefined;
+    const retryAfter = await pool.retryAfter().catch(() => undefined);
+    const removals = await Promise.allSettled(
+      jobs.map((held) => (held.parked ? pool.withdrawQueued(held.jobId) : undefined)),
+    );
+    let failure: unknown;
+    removals.forEach((removal, i) => {
+      const held = jobs[i]!;
+      if (removal.status === 'rejected') failure ??= removal.reason;
+      else if (removal.value === 'removed' && held.parked)
+        leaders.onLeaderless(held, pool, retryAfter);
+    });
+    return failure;
   }
 }

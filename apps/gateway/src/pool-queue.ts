@@ -222,6 +222,18 @@ export class PoolQueue {
     return 'removed';
   }
 
+  /**
+   * removeQueued for a caller that was not told the job's tenant or whether its body has a key
+   * of its own (the parked watch, taking back jobs of a pool without a leader): both are read
+   * from the job's payload first, so its tenant's place and its body's memory free as they do
+   * for a client that left. `missing` when the job is not there to read.
+   */
+  async withdrawQueued(jobId: string): Promise<QueuedRemoval> {
+    const data = await this.redis.hget(this.jobKey(jobId), 'data');
+    if (data === null) return 'missing';
+    return this.removeQueued(jobId, queuedAs(data));
+  }
+
   /** The leader's published stats, read at most once a second. */
   private async readStats(): Promise<void> {
     const now = this.now();
@@ -266,4 +278,24 @@ export class PoolQueue {
   close(): Promise<void> {
     return this.queue.close();
   }
+}
+
+/**
+ * The tenant and body key of a job's payload as BullMQ stores it (JSON). A payload that does not
+ * parse yields neither: its tenant's member is then dropped by the next tenant refusal, and a
+ * body key expires after the park limit (docs/broker.md, "Nothing left behind").
+ */
+function queuedAs(data: string): Pick<JobPayload, 'tenant' | 'bodyInKey'> {
+  let payload: unknown;
+  try {
+    payload = JSON.parse(data);
+  } catch {
+    return {};
+  }
+  if (typeof payload !== 'object' || payload === null) return {};
+  const { tenant, bodyInKey } = payload as Record<string, unknown>;
+  return {
+    ...(typeof tenant === 'string' ? { tenant } : {}),
+    ...(bodyInKey === true ? { bodyInKey } : {}),
+  };
 }

@@ -5,6 +5,7 @@ import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import { startRedis, type TestRedis } from '@sluice/test/support';
 import { Worker } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { TENANT_STALE_CHECKS } from '../src/admission.ts';
 import { PoolQueue } from '../src/pool-queue.ts';
 
 let server: TestRedis;
@@ -277,6 +278,40 @@ describe('pool queue (gateway side)', () => {
     await wide.queue.remove('g1');
     expect(await wide.add('g3', payload(), 'short', alpha)).toBeUndefined();
     expect(await redis.zrange(keys.tenantQueued('p', 'alpha'), 0, -1)).toEqual(['g2', 'g3']);
+    await wide.close();
+  });
+
+  it('refuses a tenant at its bound with a check of a few members whatever its number, and still drops a gone one at the front', async () => {
+    const wide = new PoolQueue({ ...pool, queueDepth: 100_000 }, keys, redis, bull, 10, Date.now);
+    const existsCalls = async () =>
+      Number(/cmdstat_exists:calls=(\d+)/.exec(await redis.info('commandstats'))?.[1] ?? 0);
+    // A tenant with 2,000 jobs queued, at its bound: its set's members and their jobs' hashes,
+    // which is all the admission script reads of them.
+    const size = 2000;
+    const alpha = { name: 'alpha', maxQueued: size };
+    const tenantKey = keys.tenantQueued('p', 'alpha');
+    const ids = Array.from({ length: size }, (_, i) => `q${String(i).padStart(5, '0')}`);
+    const fill = redis.pipeline();
+    for (const id of ids) {
+      fill.zadd(tenantKey, 32, id);
+      fill.hset(keys.jobKey('p', id), 'data', '{}');
+    }
+    await fill.exec();
+    // A client retrying its 429s in a loop.
+    for (let i = 0; i < 3; i += 1) {
+      const before = await existsCalls();
+      expect(await wide.add(`over${i}`, payload(), 'short', alpha)).toBe('tenant_queue_full');
+      expect((await existsCalls()) - before).toBeLessThanOrEqual(TENANT_STALE_CHECKS);
+    }
+    // The job at the front ended without its member being removed: the tenant is not refused
+    // for it, and the bound still holds for the live ones.
+    await redis.del(keys.jobKey('p', ids[0]!));
+    const before = await existsCalls();
+    expect(await wide.add('next', payload(), 'short', alpha)).toBeUndefined();
+    expect((await existsCalls()) - before).toBeLessThanOrEqual(TENANT_STALE_CHECKS);
+    expect(await redis.zscore(tenantKey, ids[0]!)).toBeNull();
+    expect(await redis.zcard(tenantKey)).toBe(size);
+    expect(await wide.add('over-again', payload(), 'short', alpha)).toBe('tenant_queue_full');
     await wide.close();
   });
 
