@@ -6,8 +6,22 @@
 // and is named as such, never as the leader.
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig } from '@sluice/config';
-import { decodePoolStats, keySpace, type PoolMode, type PoolStats } from '@sluice/protocol';
-import { createRedis, publishingPools, redisReady, RedisTlsError, type Redis } from '@sluice/redis';
+import {
+  decodePoolStats,
+  isKeyPart,
+  keySpace,
+  type KeySpace,
+  type PoolMode,
+  type PoolStats,
+} from '@sluice/protocol';
+import {
+  createRedis,
+  publishingPools,
+  redisReady,
+  RedisTlsError,
+  scanKeys,
+  type Redis,
+} from '@sluice/redis';
 
 export const poolUsage = `Usage: sluice pool pause|resume|drain NAME [--timeout SECONDS]
 
@@ -113,6 +127,39 @@ export function timeoutLine(
   );
 }
 
+/** A pool name that stands for "any" while the control key's pattern is cut out of its definition. */
+const ANY_POOL = 'sluice-any-pool';
+
+/**
+ * Pools whose operator mode is set in Redis (their control key exists: paused or draining),
+ * with that mode, whatever the configuration names and whether a dispatcher leads them. A pool
+ * drained while no dispatcher leads it publishes no stats, and would otherwise be unknown to
+ * `sluice pool` and `sluice status` although its gateways refuse new requests: its operator
+ * could not resume it. The SCAN pattern and the parse are cut from the key's one definition
+ * (keys.poolControl); a key whose middle is not a pool name that builds the same key is not
+ * a pool's.
+ */
+export async function controlledPools(redis: Redis, keys: KeySpace): Promise<Map<string, string>> {
+  const [head, tail] = keys.poolControl(ANY_POOL).split(ANY_POOL) as [string, string];
+  const glob = (text: string) => text.replace(/[*?[\]\\]/g, '\\$&');
+  const pools = [];
+  for (const key of await scanKeys(redis, `${glob(head)}*${glob(tail)}`)) {
+    if (!key.startsWith(head) || !key.endsWith(tail)) continue;
+    const pool = key.slice(head.length, key.length - tail.length);
+    if (isKeyPart(pool) && keys.poolControl(pool) === key) pools.push(pool);
+  }
+  // One GET per pool: on a Cluster the pools sit in different slots. A key gone since the
+  // SCAN (a resume meanwhile) leaves its pool out.
+  const found = new Map<string, string>();
+  await Promise.all(
+    pools.map(async (pool) => {
+      const mode = await redis.get(keys.poolControl(pool));
+      if (mode !== null) found.set(pool, mode);
+    }),
+  );
+  return found;
+}
+
 export interface PoolIo {
   env: NodeJS.ProcessEnv;
   stdout: { write(text: string): unknown };
@@ -157,15 +204,20 @@ export async function poolCommand(argv: string[], io: PoolIo): Promise<number> {
   redis.on('error', () => {});
   try {
     await redisReady(redis, 3000);
-    // Pools this configuration names, and pools some dispatcher publishes stats for.
+    // Pools this configuration names, pools some dispatcher publishes stats for, and pools
+    // whose mode is set (one drained while leaderless must still be resumable).
     const known = [
-      ...new Set([...config.pools.map((p) => p.name), ...(await publishingPools(redis, keys))]),
+      ...new Set([
+        ...config.pools.map((p) => p.name),
+        ...(await publishingPools(redis, keys)),
+        ...(await controlledPools(redis, keys)).keys(),
+      ]),
     ].sort();
     if (!known.includes(pool))
       return fail(
         `unknown pool ${JSON.stringify(pool)}: ` +
           (known.length === 0
-            ? 'none is configured (VLLM_URL, SLUICE_CONFIG) or published by a dispatcher'
+            ? 'none is configured (VLLM_URL, SLUICE_CONFIG), published by a dispatcher or paused or draining'
             : `expected one of ${known.join(', ')}`),
         2,
       );

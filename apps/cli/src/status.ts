@@ -15,6 +15,7 @@ import {
   type PublishedPool,
   type Redis,
 } from '@sluice/redis';
+import { controlledPools } from './pool.js';
 
 /**
  * The first line: which Redis this is, and where its master is now. The sentinels are asked
@@ -32,17 +33,31 @@ export async function redisLine(topology: RedisTopology, redis: Redis): Promise<
   return `redis: ${describeTopology(topology)}${where}\n`;
 }
 
-export function formatStatus(pools: ReadonlyArray<PublishedPool>, now: number): string {
+/**
+ * A pool as `sluice status` shows it: what its leader published, and, for a pool none
+ * publishes for, the operator's mode set in Redis (`control`: paused or draining), which no
+ * leader has applied or shown.
+ */
+export interface StatusPool extends PublishedPool {
+  control?: string;
+}
+
+export function formatStatus(pools: ReadonlyArray<StatusPool>, now: number): string {
   if (pools.length === 0)
     return 'no pools: no dispatcher has published any (is one running against this Redis?)\n';
   const lines: string[] = [];
-  for (const { pool, stats, invalid } of pools) {
+  for (const { pool, stats, invalid, control } of pools) {
     if (invalid !== undefined) {
       lines.push(`pool ${pool}: published stats unreadable (${invalid})`);
       continue;
     }
     if (!stats) {
-      lines.push(`pool ${pool}: no leader (no dispatcher has published for 5 s)`);
+      lines.push(
+        `pool ${pool}: no leader (no dispatcher has published for 5 s)` +
+          (control === undefined
+            ? ''
+            : `  mode ${control} in Redis (\`sluice pool resume ${pool}\` opens it)`),
+      );
       continue;
     }
     const q = stats.queue;
@@ -151,14 +166,27 @@ export function parseStatusArgs(argv: string[]): StatusOptions {
   return { json: false, watchMs: seconds * 1000 };
 }
 
-/** Every pool this configuration names or some dispatcher publishes, with its stats. */
-async function readPools(
+/**
+ * Every pool this configuration names, some dispatcher publishes, or has its mode set in
+ * Redis, with its stats; a pool without stats carries its mode (`control`), if set.
+ */
+export async function readPools(
   redis: Redis,
   keys: KeySpace,
   configured: readonly string[],
-): Promise<PublishedPool[]> {
-  // Pools no dispatcher of this config leads may still publish: list them too.
-  return readPoolStats(redis, keys, [...configured, ...(await publishingPools(redis, keys))]);
+): Promise<StatusPool[]> {
+  // Pools no dispatcher of this config leads may still publish, and a pool drained while no
+  // dispatcher led it publishes nothing: list them too.
+  const controlled = await controlledPools(redis, keys);
+  const pools = await readPoolStats(redis, keys, [
+    ...configured,
+    ...(await publishingPools(redis, keys)),
+    ...controlled.keys(),
+  ]);
+  return pools.map((p) => {
+    const control = controlled.get(p.pool);
+    return p.stats === undefined && control !== undefined ? { ...p, control } : p;
+  });
 }
 
 export async function runStatus(argv: string[]): Promise<void> {

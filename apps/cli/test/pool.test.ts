@@ -119,3 +119,45 @@ describe('sluice pool with no live leader', () => {
     expect(liveLeader({ ...stats, at: now - 9000 }, undefined, now)).toBe(true);
   });
 });
+
+describe('a pool drained while no dispatcher leads it', () => {
+  // No configuration names the pool and no dispatcher publishes for it: only its control key
+  // says it exists (`sluice pool drain` ran while its leader was gone).
+  async function bare(argv: string[]) {
+    let stdout = '';
+    let stderr = '';
+    const code = await poolCommand(argv, {
+      env: { REDIS_URL: server.url },
+      stdout: { write: (text: string) => (stdout += text) },
+      stderr: { write: (text: string) => (stderr += text) },
+    });
+    return { code, stdout, stderr };
+  }
+
+  it('is known by its control key: resume opens it', async () => {
+    await redis.flushall();
+    await redis.set(keys.poolControl('default'), 'draining');
+    await redis.set(keys.poolControl('other'), 'paused');
+    const { code, stderr } = await bare(['resume', 'default', '--timeout', '0.3']);
+    // Opened in Redis (the key gone: gateways stop refusing pool_draining); no leader shows it.
+    expect(await redis.exists(keys.poolControl('default'))).toBe(0);
+    expect(await redis.get(keys.poolControl('other'))).toBe('paused');
+    expect({ code, stderr }).toEqual({
+      code: 1,
+      stderr:
+        'sluice pool: pool default is set to open in Redis, but no dispatcher leads it after 0.3 s; the mode applies when a leader reads it\n',
+    });
+  });
+
+  it('keys of other prefixes or shapes name no pool', async () => {
+    await redis.flushall();
+    await redis.set(keySpace('elsewhere').poolControl('default'), 'draining');
+    await redis.set('sluice:{pool-a}:b}:control', 'draining');
+    const { code, stderr } = await bare(['resume', 'default', '--timeout', '0.3']);
+    expect({ code, stderr }).toEqual({
+      code: 2,
+      stderr:
+        'sluice pool: unknown pool "default": none is configured (VLLM_URL, SLUICE_CONFIG), published by a dispatcher or paused or draining\n',
+    });
+  });
+});

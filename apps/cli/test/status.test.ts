@@ -1,7 +1,8 @@
+import { keySpace } from '@sluice/protocol';
 import { createRedis, redisReady } from '@sluice/redis';
 import { startRedis } from '@sluice/test/support';
 import { describe, expect, it } from 'vitest';
-import { formatStatus, redisLine } from '../src/status.ts';
+import { formatStatus, readPools, redisLine } from '../src/status.ts';
 
 describe('sluice status output', () => {
   it('shows queue, in-flight/cap, gate and gauges with their age per engine', () => {
@@ -147,6 +148,27 @@ describe('sluice status: which Redis', () => {
       );
       expect(line).toMatch(
         /^redis: sentinel m via 127\.0\.0\.1:1 {2}master unknown \(no sentinel named the master m \(127\.0\.0\.1:1: .+\)\)\n$/,
+      );
+    } finally {
+      redis.disconnect();
+      await server.stop();
+    }
+  });
+});
+
+describe('sluice status: a pool drained while no dispatcher leads it', () => {
+  it('is listed from its control key, with its mode and how to open it', async () => {
+    const server = await startRedis();
+    const redis = createRedis(server.url, { name: 'status-test', role: 'command' });
+    const keys = keySpace('sluice');
+    try {
+      await redisReady(redis);
+      // No configuration names it, no dispatcher publishes for it.
+      await redis.set(keys.poolControl('default'), 'draining');
+      const pools = await readPools(redis, keys, []);
+      expect(pools).toEqual([{ pool: 'default', control: 'draining' }]);
+      expect(formatStatus(pools, 0)).toBe(
+        'pool default: no leader (no dispatcher has published for 5 s)  mode draining in Redis (`sluice pool resume default` opens it)\n',
       );
     } finally {
       redis.disconnect();

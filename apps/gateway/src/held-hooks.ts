@@ -48,8 +48,12 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo):
       metrics.parked.dec({ model });
       metrics.queueWait.observe({ model }, wait);
     },
-    onFirstByte: (held) =>
-      metrics.ttft.observe({ model }, (held.firstByteAt! - held.receivedAt) / 1000),
+    // Streams only: a non-streamed answer's first byte comes with the whole generation, which
+    // sluice_request_duration_seconds already counts (the metric's definition says more).
+    onFirstByte: (held) => {
+      if (held.stream)
+        metrics.ttft.observe({ model }, (held.firstByteAt! - held.receivedAt) / 1000);
+    },
     onRefused: (_held, r) => {
       metrics.rejected.inc({ model, reason: r.reason });
       if (tenant !== undefined) metrics.tenantRejected.inc({ tenant, reason: r.reason });

@@ -9,9 +9,10 @@ import {
   collectDefaultMetrics,
   gatewayMetrics,
   loggerOptions,
+  primeRejected,
   Registry,
 } from '@sluice/observability';
-import { keySpace } from '@sluice/protocol';
+import { keySpace, refusalKinds } from '@sluice/protocol';
 import {
   createRedis,
   describeTopology,
@@ -69,7 +70,30 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const { limits } = loaded;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'sluice_gateway_' });
-  const metrics = gatewayMetrics(registry);
+  const metrics = gatewayMetrics(registry, {
+    // The reading /readyz answers from (PoolQueue.hasLeader: cached a second, a hand-over
+    // forgiven), so the metric says what requests get. Redis not answering, or the read
+    // failing: unknown, no series; requests get redis_unavailable then, not no_leader.
+    poolLeaders: () =>
+      Promise.all(
+        [...pools.values()].map(
+          async (p) =>
+            [
+              p.pool.name,
+              redisUp() ? await p.hasLeader().catch(() => undefined) : undefined,
+            ] as const,
+        ),
+      ),
+  });
+  // Every routed model's refusal series from the start, at 0 (see primeRejected), again once
+  // discovery has named the models of pools configured without them.
+  const primeRefusals = (config: SluiceConfig) =>
+    primeRejected(
+      metrics,
+      [...config.pools.flatMap((p) => p.models), ...config.passthrough.map((p) => p.model)],
+      Object.keys(refusalKinds),
+    );
+  primeRefusals(loaded);
   const onClientRefused = (r: Refusal) =>
     metrics.rejected.inc({ model: UNKNOWN_MODEL, reason: r.reason });
   const requestTimeoutMs = Math.ceil(limits.requestTimeoutSeconds * 1000);
@@ -138,7 +162,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     loaded.replica.ttlMs,
     (err) => log.warn({ err }, 'replica heartbeat failed'),
   );
-  const passthrough = new Passthrough(loaded.tenants !== undefined);
+  const passthrough = new Passthrough(loaded.tenants !== undefined, loaded.engine);
 
   const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
     countsReceivers: !isCluster(redis),
@@ -147,6 +171,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const held = new HeldClients({
     replies,
     passthrough,
+    pools,
     redis,
     subscriber,
     answers: probe,
@@ -258,6 +283,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     void discoverModels(loaded, log, discovery.signal).then(
       (config) => {
         routing.update(config);
+        primeRefusals(config);
         announce();
         readCards();
       },

@@ -1,8 +1,10 @@
 export {
   dispatcherMetrics,
   gatewayMetrics,
+  primeRejected,
   type DispatcherMetrics,
   type GatewayMetrics,
+  type GatewayReadings,
 } from './metrics.js';
 export { loggerOptions } from './logger.js';
 export { gaugeSeries, type GaugeSeries } from './gauge-series.js';

@@ -12,7 +12,17 @@ const promptTokenBuckets = [
   64, 256, 1024, 2048, 4096, 8192, 16_384, 32_768, 65_536, 131_072, 262_144,
 ];
 
-export function gatewayMetrics(registry: Registry) {
+/** What the gateway reads at each scrape, for the series it does not count as it goes. */
+export interface GatewayReadings {
+  /**
+   * Every pool this replica routes to, with whether it sees a leader for it: the reading
+   * /readyz answers from. `undefined`: it cannot tell (Redis not answering), and the pool has
+   * no series then. Must not reject: a failed reading would fail the whole scrape.
+   */
+  poolLeaders(): Promise<ReadonlyArray<readonly [pool: string, leader: boolean | undefined]>>;
+}
+
+export function gatewayMetrics(registry: Registry, readings?: GatewayReadings) {
   const registers = [registry];
   return {
     requests: new Counter({
@@ -23,7 +33,7 @@ export function gatewayMetrics(registry: Registry) {
     }),
     rejected: new Counter({
       name: 'sluice_rejected_total',
-      help: 'Requests refused or ended by Sluice, by reason.',
+      help: 'Requests refused or ended by Sluice, by reason. Every model the gateway routes has a series for every reason from its start, at 0 until counted, so that rate() sees the first one.',
       labelNames: ['model', 'reason'],
       registers,
     }),
@@ -51,9 +61,13 @@ export function gatewayMetrics(registry: Registry) {
       buckets: waitBuckets,
       registers,
     }),
+    // Streamed answers only: a non-streamed answer's first byte comes with its whole body, so
+    // its "first token" would be the whole generation (sluice_request_duration_seconds has it).
+    // Left out rather than labelled `stream`: one meaning per metric, as vLLM's
+    // vllm:time_to_first_token_seconds has, and no second set of buckets for a duration.
     ttft: new Histogram({
       name: 'sluice_ttft_seconds',
-      help: "Time from a gated request's arrival to the first byte of the engine's body written to the client.",
+      help: "Time from a streamed gated request's arrival to the first byte of the engine's body written to the client. Non-streamed requests are not observed: their first byte comes only with the whole answer.",
       labelNames: ['model'],
       buckets: waitBuckets,
       registers,
@@ -89,6 +103,22 @@ export function gatewayMetrics(registry: Registry) {
       help: "A configured tenant's answers by HTTP status code.",
       labelNames: ['tenant', 'code'],
       registers,
+    }),
+    // Read from the gateways rather than the dispatchers' sluice_leader: every gateway knows
+    // every pool it routes to, also one that no dispatcher may lead (which has no sluice_leader
+    // series at all) and one whose every dispatcher is gone (whose series went with them).
+    poolHasLeader: new Gauge({
+      name: 'sluice_pool_has_leader',
+      help: "1 while this gateway sees a dispatcher holding the pool's lease (a hand-over in progress included), 0 when it sees none and refuses the pool's gated requests with no_leader. Read at each scrape, for every pool the gateway routes to; no series while it cannot reach Redis.",
+      labelNames: ['pool'],
+      registers,
+      async collect() {
+        if (readings === undefined) return;
+        const seen = await readings.poolLeaders();
+        this.reset();
+        for (const [pool, leader] of seen)
+          if (leader !== undefined) this.set({ pool }, leader ? 1 : 0);
+      },
     }),
     heartbeats: new Counter({
       name: 'sluice_heartbeats_total',
@@ -350,4 +380,21 @@ export function dispatcherMetrics(registry: Registry) {
 }
 
 export type GatewayMetrics = ReturnType<typeof gatewayMetrics>;
+
+/**
+ * Creates `sluice_rejected_total{model,reason}` at 0 for each model and reason, leaving series
+ * that exist as they are. prom-client creates a series at its first inc(), so Prometheus's
+ * first sample of it is already the count: rate() and increase() read that as no change, and
+ * an alert on a refusal that comes once (a gateway's first dispatcher_lost) never fires. The
+ * gateway calls it with every model it routes and every reason of the refusal table
+ * (libs/protocol reasons.ts), about 30 series per model, and again when it learns its models.
+ */
+export function primeRejected(
+  metrics: Pick<GatewayMetrics, 'rejected'>,
+  models: Iterable<string>,
+  reasons: Iterable<string>,
+): void {
+  const all = [...reasons];
+  for (const model of models) for (const reason of all) metrics.rejected.inc({ model, reason }, 0);
+}
 export type DispatcherMetrics = ReturnType<typeof dispatcherMetrics>;
