@@ -51,7 +51,7 @@ describe('bad input at the gateway', () => {
       'bad_request',
       /model must be a string/,
     ],
-    ['a non-boolean stream', '{"model":"m","stream":"yes"}', 400, 'bad_request', /stream/],
+    ['a non-boolean stream', '{"model":"m","stream":"maybe"}', 400, 'bad_request', /stream/],
     ['a negative max_tokens', '{"model":"m","max_tokens":-1}', 400, 'bad_request', /max_tokens/],
     ['a body nested 100,000 deep', deep, 400, 'bad_request', /depth|nest/i],
     [
