@@ -38,10 +38,12 @@ describe('shipped Prometheus rules', () => {
   });
 
   it('fail a unit test that expects the wrong alert: the runner is not vacuous', async () => {
-    // The same rules against a test that expects SluiceNoLeader for a pool that has one.
+    // The same rules against a test that expects SluiceNoLeader for a pool, fed the gauge the
+    // rule reads. Where the gateways see a leader (1) the test must fail with no alert; where
+    // they see none (0) the alert fires, so the failure is the rule's answer to the value, not
+    // a series the rule does not read (which fails the test whatever the rule does).
     const tmp = mkdtempSync(join(tmpdir(), 'sluice-rules-'));
-    try {
-      copyFileSync(join(dir, 'sluice-rules.yaml'), join(tmp, 'sluice-rules.yaml'));
+    const expectNoLeader = (values: string) => {
       writeFileSync(
         join(tmp, 'wrong.test.yaml'),
         [
@@ -50,7 +52,7 @@ describe('shipped Prometheus rules', () => {
           'tests:',
           '  - interval: 15s',
           '    input_series:',
-          `      - { series: 'sluice_leader{instance="d1",pool="a"}', values: '1x20' }`,
+          `      - { series: 'sluice_pool_has_leader{instance="g1",pool="a"}', values: '${values}' }`,
           '    alert_rule_test:',
           '      - eval_time: 4m',
           '        alertname: SluiceNoLeader',
@@ -58,9 +60,18 @@ describe('shipped Prometheus rules', () => {
           '',
         ].join('\n'),
       );
-      const { code, output } = await promtool(tmp, 'test', 'rules', 'wrong.test.yaml');
-      expect(code).not.toBe(0);
-      expect(output).toContain('SluiceNoLeader');
+      return promtool(tmp, 'test', 'rules', 'wrong.test.yaml');
+    };
+    try {
+      copyFileSync(join(dir, 'sluice-rules.yaml'), join(tmp, 'sluice-rules.yaml'));
+      const wrong = await expectNoLeader('1x20');
+      expect(wrong.code).not.toBe(0);
+      expect(wrong.output).toMatch(/alertname: SluiceNoLeader[\s\S]*got:\s*\[\]/);
+      // Not a pass: the test leaves out the rule's summary. What it got is the alert.
+      const none = await expectNoLeader('0x20');
+      expect(none.output).toMatch(
+        /got:\s*\[\s*0:\s*Labels:\{alertname="SluiceNoLeader", pool="a", severity="critical"\}/,
+      );
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }

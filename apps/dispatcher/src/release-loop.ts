@@ -248,9 +248,15 @@ export class ReleaseLoop {
     // A job whose dispatcher died (its lock expired) is moved back by the stalled check with
     // a deferred failure (maxStalledCount 0): it may have run partly, so it is failed, never
     // run twice. A job this loop put back itself (moveToWait) carries none and runs normally.
+    // Its client is told why before the job goes: one whose `start` frame had not gone out
+    // (a non-streamed job sends it with the engine's head or at the first liveness tick) is
+    // still waiting as if queued, and would otherwise find the job deleted and hear
+    // queue_lost, a Redis fault, from the gateway's parked watch.
     if (job.deferredFailure) {
       this.deps.fairShare?.dropped(jobId, payload);
-      void runner.discard(job, token, 'stalled');
+      const message =
+        'the dispatcher running this request died; it may have reached the engine, so it is not run again';
+      void runner.refuse(job, token, payload, { code: 'dispatcher_lost', message }, 'stalled');
       return undefined;
     }
     const at = now();

@@ -1,8 +1,8 @@
 // The release loop on a real BullMQ queue, with the real job runner and relay and an engine
 // whose calls the test ends: a job that cannot be run (its data not even JSON included) is
 // failed with nothing else lost, whether the loop's own take got it or a run's end handed its
-// slot to it (moveToFinished with fetchNext), and a throw while placing a job handed over is
-// caught with the slot freed.
+// slot to it (moveToFinished with fetchNext), a throw while placing a job handed over is
+// caught with the slot freed, and a job a dead dispatcher left is failed with its client told.
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
@@ -46,11 +46,19 @@ afterAll(async () => {
 /** The real runner, keeping each job it failed without running, and when that reached Redis. */
 class RecordingRunner extends JobRunner {
   readonly discarded: Array<{ id: string; reason: string; done: Promise<void> }> = [];
+  private discardWaiters: Array<() => void> = [];
 
   override discard(job: Job, token: string, reason: string): Promise<void> {
     const done = super.discard(job, token, reason);
     this.discarded.push({ id: job.id!, reason, done });
+    for (const resolve of this.discardWaiters.splice(0)) resolve();
     return done;
+  }
+
+  /** Resolves once `count` jobs were failed without running. */
+  async discards(count: number): Promise<void> {
+    while (this.discarded.length < count)
+      await new Promise<void>((resolve) => this.discardWaiters.push(resolve));
   }
 }
 
@@ -450,6 +458,72 @@ describe('ReleaseLoop', () => {
       nextCall.end('ok');
     } finally {
       await rig.stop();
+    }
+  });
+
+  it('tells the client of a job its dead dispatcher left (a deferred failure) dispatcher_lost, then fails it unrun', async () => {
+    const frames: Frame[] = [];
+    const subscriber = createRedis(fx.server.url, { name: 'gw1', role: 'subscriber' });
+    await redisReady(subscriber);
+    // A marker published on the relay's own connection after its frames arrives after them.
+    let marked = () => {};
+    subscriber.on('messageBuffer', (channel: Buffer, message: Buffer) => {
+      if (channel.toString() === 'marker') marked();
+      else frames.push(...messageFrames(message).map(decodeFrame));
+    });
+    await subscriber.subscribe(fx.keys.replyChannel('gw1'), 'marker');
+    const framesSoFar = async () => {
+      const mark = new Promise<void>((resolve) => (marked = resolve));
+      await fx.redis.publish('marker', '');
+      await mark;
+      return frames;
+    };
+    // The dead leader: it took the job, and its lock is gone. Its stalled check (as the next
+    // leader's would) marks the active job, then moves it back with a deferred failure.
+    const dead = new PoolWorker(fx.keys.queueName('p'), null, {
+      connection: fx.bull,
+      prefix: fx.keys.prefix,
+      autorun: false,
+      maxStalledCount: 0,
+    });
+    // BullMQ's own check, run by hand: private in its types.
+    const stalledCheck = () =>
+      (dead as unknown as { moveStalledJobsToWait(): Promise<void> }).moveStalledJobsToWait();
+    let rig: ReturnType<typeof leadingLoop> | undefined;
+    try {
+      const lost = await add();
+      expect((await dead.getNextJob('dead:1', { block: false }))?.id).toBe(lost);
+      await fx.redis.del(`${fx.queue.toKey(lost)}:lock`);
+      await stalledCheck();
+      await fx.redis.del(fx.queue.toKey('stalled-check'));
+      await stalledCheck();
+      expect(await fx.queue.getJobState(lost)).toBe('waiting');
+
+      rig = leadingLoop();
+      await rig.runner.discards(1);
+      expect(rig.runner.discarded.map(({ id, reason }) => ({ id, reason }))).toEqual([
+        { id: lost, reason: 'stalled' },
+      ]);
+      await rig.runner.discarded[0]!.done;
+      expect(await failedReason(lost)).toBe('stalled');
+      expect(await framesSoFar()).toEqual([
+        {
+          type: 'error',
+          jobId: lost,
+          seq: 0,
+          info: { code: 'dispatcher_lost', message: expect.stringMatching(/dispatcher .* died/) },
+        },
+      ]);
+      // Never run: the next job is the engine's first call.
+      const next = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(next);
+      call.end('ok');
+      await rig.ledger.idle();
+    } finally {
+      await rig?.stop();
+      await dead.close();
+      await subscriber.quit();
     }
   });
 

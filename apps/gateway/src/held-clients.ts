@@ -1,5 +1,5 @@
 // Every client this replica holds, through what can go wrong around it: the reply
-// connection lost or Redis silent (redis-loss.ts), parked jobs lost by Redis or left in a
+// connection lost or Redis silent (redis-loss.ts), parked jobs gone from Redis or left in a
 // pool without a leader (parked-watch.ts), and a shutdown (drain.ts). Also the one admission
 // check those states imply for new requests.
 import type { FastifyBaseLogger } from 'fastify';
@@ -65,8 +65,14 @@ export class HeldClients {
       listening: () => this.loss.connected,
       onLost: (held) => {
         log.warn({ jobId: held.jobId }, 'parked job vanished from Redis');
+        // Not only Redis loses a queued job: a dispatcher fails one whose data it cannot read
+        // (so no reply address it can trust), or that it failed to place, without a frame,
+        // and its gateway finds it gone the same way. The message names both causes.
         void held.abandon(
-          refusal('queue_lost', 'the queued request was lost by Redis (restarted or failed over)'),
+          refusal(
+            'queue_lost',
+            'the queued request is no longer in Redis (lost in a Redis restart or failover, or failed by a dispatcher that could not read or place it); it will not run',
+          ),
           'queue_lost',
         )();
       },

@@ -210,8 +210,11 @@ export class PoolQueue {
     if ((await this.redis.exists(this.jobKey(jobId))) === 0) return 'missing';
     const removed = await withTimeout(this.queue.remove(jobId), `remove job ${jobId}`);
     if (removed !== 1) return 'taken';
-    // Its tenant's place and its body's memory free at once; a failure leaves a member the
-    // next refusal drops, and a body key that expires after the park limit.
+    // Its tenant's place and its body's memory free at once. A member a failure leaves counts
+    // against the tenant's bound until jobs ahead of it go: a refusal drops it only from among
+    // the set's first TENANT_STALE_CHECKS (admission.ts), the leader's picks only before the
+    // tenant's second waiting job (tenant-queues.ts). A body key left behind expires after
+    // the park limit.
     const { tenant, bodyInKey } = of;
     await Promise.all([
       tenant === undefined

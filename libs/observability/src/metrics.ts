@@ -229,7 +229,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     completed: new Counter({
       name: 'sluice_completed_total',
-      help: 'Jobs sent to an engine that ended, by outcome: ok (2xx answer), client_error (the engine refused the request with a 4xx, relayed as it came), engine_error (5xx, or the answer broke off), engine_unreachable (no connection or no head), engine_timeout (no head within ENGINE_HEADERS_TIMEOUT_MS), cancelled. Jobs taken but not run: sluice_skipped_total.',
+      help: "Jobs sent to an engine that ended, by outcome: ok (2xx answer), client_error (the engine refused the request with a 4xx, relayed as it came), engine_error (5xx, or the answer broke off), engine_unreachable (no connection or no head), engine_timeout (no head within ENGINE_HEADERS_TIMEOUT_MS, or no first body byte within it after the head: a stream's prefill), cancelled. Jobs taken but not run: sluice_skipped_total.",
       labelNames: ['pool', 'outcome'],
       registers,
     }),

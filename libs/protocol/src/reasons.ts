@@ -31,17 +31,27 @@ export const refusalKinds = {
   /** An operator drains the pool (`sluice pool drain`): it finishes what is queued, takes nothing new. */
   pool_draining: retry(503, 30),
   redis_unavailable: retry(503, 5),
-  /** The job vanished from Redis (restarted empty, failed over): it will never run. */
+  /**
+   * The queued job vanished from Redis (restarted empty, failed over), or a dispatcher failed it
+   * without a frame (its data unreadable): it will never run.
+   */
   queue_lost: retry(503, 1),
   engine_unreachable: retry(503, 5),
   /** This replica is shutting down (rolling update): another replica will take the retry. */
   shutting_down: retry(503, 1),
+  /**
+   * The dispatcher that had the request died or lost it: the gateway heard nothing from it past
+   * the silence timeout, or the next leader found the job it left. It may have reached the
+   * engine, so it is not run again.
+   */
   dispatcher_lost: retry(503, 1),
   engine_error: { status: 502, type: 'server_error' },
   /**
-   * The engine had the request but sent no head within ENGINE_HEADERS_TIMEOUT_MS: for a
-   * non-streamed request, the whole generation took longer. Not retryable as a 503 would be:
-   * the same request would most likely take as long again, on GPU time spent twice.
+   * The engine had the request but sent no head within ENGINE_HEADERS_TIMEOUT_MS, or no first
+   * body byte within it after the head: for a non-streamed request the whole generation took
+   * longer (vLLM sends its head with the answer), for a stream its prefill did. Not retryable
+   * as a 503 would be: the same request would most likely take as long again, on GPU time
+   * spent twice.
    */
   engine_timeout: { status: 504, type: 'server_error' },
   frame_lost: { status: 502, type: 'server_error' },
