@@ -15,6 +15,7 @@ export {
   retryAfterBounds,
   retryAfterSeconds,
   smoothRate,
+  type DrainWindow,
   type RetryAfterInput,
 } from './retry-after.js';
 export {
