@@ -1,7 +1,8 @@
 // What GET /v1/models lists: the engines' own model cards where they name a routed model, so
-// a client reads the same `max_model_len`, `root` and `owned_by` it would from vLLM
-// (vllm/entrypoints/openai/serving_models.py, `show_available_models`); a card of Sluice's
-// own for a model no engine has described yet (engine away, an alias, a pass-through model).
+// a client reads the same `max_model_len`, `root`, `parent` and `owned_by` it would from vLLM
+// (`show_available_models`, vllm/entrypoints/openai/models/serving.py; serving_models.py in
+// older releases); a card of Sluice's own for a model no engine has described yet (engine
+// away, an alias, a pass-through model).
 import type { EngineConfig, SluiceConfig } from '@sluice/config';
 import { request } from 'undici';
 
@@ -62,8 +63,22 @@ export async function fetchModelCards(
     }));
 }
 
-/** How often a replica reads its engines' cards again: an engine restarted with new flags. */
+/**
+ * How often a replica reads its engines' cards again: an engine restarted with new flags, a
+ * LoRA adapter loaded or unloaded at runtime (and routed from then on: discovery.ts).
+ */
 export const MODEL_CARDS_REFRESH_MS = 60_000;
+
+/**
+ * A model an engine lists: its id, and for a LoRA adapter the model it runs on (vLLM's
+ * `ModelCard.parent`: the adapter's base model, else the engine's first served model;
+ * `show_available_models`, vllm/entrypoints/openai/models/serving.py). Undefined for a base
+ * model (vLLM writes null).
+ */
+export interface ListedModel {
+  readonly id: string;
+  readonly parent: string | undefined;
+}
 
 const ownCard = (id: string): ModelCard => ({
   id,
@@ -88,7 +103,24 @@ export class ModelCards {
       }
   }
 
-  /** Every routed model once: pools' models first, then pass-through models, as configured. */
+  /**
+   * What the pool's engines listed at the last read that reached one, in their order;
+   * undefined before any did.
+   */
+  listed(pool: string): ListedModel[] | undefined {
+    const cards = this.byPool.get(pool);
+    if (cards === undefined) return undefined;
+    return [...cards.values()].map((card) => ({
+      id: card.id,
+      parent: typeof card['parent'] === 'string' ? card['parent'] : undefined,
+    }));
+  }
+
+  /**
+   * Every routed model once: pools' models first, then pass-through models, as configured.
+   * A pool's models include what its engines list beyond the configuration once the routing
+   * follows them (discovered models, LoRA adapters: discovery.ts).
+   */
   list(config: SluiceConfig): ModelCard[] {
     return [
       ...config.pools.flatMap((pool) =>

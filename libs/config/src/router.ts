@@ -1,4 +1,5 @@
-// Model name → where its requests go. Built once at start-up; the gateway asks per request,
+// Model name → where its requests go. Built at start-up and again only when the engines'
+// model lists change (discovery, adapters loaded at runtime); the gateway asks per request,
 // so a lookup is one Map.get and allocates nothing.
 import { ConfigError, show } from './errors.js';
 import { shared } from './variables.js';
@@ -16,6 +17,15 @@ export type Route =
 export interface Router {
   /** Exact, case-sensitive match on the model name (vLLM's served model names are). */
   route(model: string): Route | undefined;
+  /**
+   * Where a request that names no model goes: vLLM's `model` is optional and an engine serves
+   * a request without one (or with null or "") with its first served model
+   * (`_is_model_supported`, vllm/entrypoints/openai/engine/serving.py). That is one answer only
+   * when one destination exists: the pool, when the config has exactly one pool and no
+   * pass-through backend. Undefined otherwise: which of several models was meant is the
+   * client's to say.
+   */
+  readonly unnamed: Route | undefined;
 }
 
 /**
@@ -36,9 +46,10 @@ export function createRouter(config: SluiceConfig): Router {
     routes.set(model, route);
     placed.set(model, where);
   };
-  config.pools.forEach((pool, p) => {
+  const poolRoutes = config.pools.map((pool, p) => {
     const route: Route = { kind: 'pool', pool };
     pool.models.forEach((model, m) => add(model, route, `pools[${p}].models[${m}]`));
+    return route;
   });
   config.passthrough.forEach(({ model, url, apiKey }, i) =>
     add(
@@ -47,7 +58,10 @@ export function createRouter(config: SluiceConfig): Router {
       `passthrough[${i}].model`,
     ),
   );
-  return { route: (model) => routes.get(model) };
+  // Known before the pool's model names are (discovery): the pool is the same either way.
+  const unnamed =
+    poolRoutes.length === 1 && config.passthrough.length === 0 ? poolRoutes[0] : undefined;
+  return { route: (model) => routes.get(model), unnamed };
 }
 
 interface Lookup {
@@ -85,14 +99,20 @@ export function passthroughForModel(
 }
 
 /**
- * A copy of `config` in which pool `poolName` serves `models` — for the app that discovered
- * the `VLLM_URL` engine's model from `/v1/models`. Names are validated like those in the file
- * and must not be routed elsewhere. The input is not modified.
+ * A copy of `config` in which pool `poolName` serves `models` — for the app that learns a
+ * pool's model names from its engines' `/v1/models` (a `VLLM_URL` engine's model, the LoRA
+ * adapters an engine loads). Names are validated like those in the file and must not be
+ * routed elsewhere (by another pool or a pass-through backend); a name listed twice counts
+ * once. Without `refused`, a name that fails throws `ConfigError`; with it, the name is left
+ * out and reported there, and the rest is served: an engine that loads an adapter whose name
+ * another pool serves must not take that pool's model, nor stop the others being routed.
+ * The input is not modified.
  */
 export function withDiscoveredModels(
   config: SluiceConfig,
   poolName: string,
   models: readonly string[],
+  refused?: (model: string, reason: string) => void,
 ): SluiceConfig {
   const index = config.pools.findIndex((pool) => pool.name === poolName);
   if (index === -1)
@@ -100,17 +120,40 @@ export function withDiscoveredModels(
       'pools',
       `pool ${show(poolName)} does not exist: expected one of ${config.pools.map((p) => p.name).join(', ') || '(no pools)'}`,
     );
+  const withModels = (list: readonly string[]) => {
+    const pools = config.pools.map((pool, p) =>
+      p === index ? { ...pool, models: [...list] } : pool,
+    );
+    return { ...config, pools };
+  };
+  const kept: string[] = [];
+  // The routes of everything but this pool: a name found there is served elsewhere.
+  const elsewhere = refused === undefined ? undefined : createRouter(withModels([]));
   models.forEach((model, m) => {
-    if (shared.modelName.fromText(model) === undefined)
-      throw new ConfigError(
-        `pools[${index}].models[${m}]`,
-        `discovered model ${show(model)} for pool ${poolName} is invalid: expected ${shared.modelName.allowed}`,
+    if (kept.includes(model)) return;
+    if (shared.modelName.fromText(model) === undefined) {
+      const allowed = `expected ${shared.modelName.allowed}`;
+      if (refused === undefined)
+        throw new ConfigError(
+          `pools[${index}].models[${m}]`,
+          `discovered model ${show(model)} for pool ${poolName} is invalid: ${allowed}`,
+        );
+      refused(model, allowed);
+      return;
+    }
+    const other = elsewhere?.route(model);
+    if (other !== undefined) {
+      refused!(
+        model,
+        other.kind === 'pool'
+          ? `served by pool ${other.pool.name}`
+          : `a pass-through model (${other.url})`,
       );
+      return;
+    }
+    kept.push(model);
   });
-  const pools = config.pools.map((pool, p) =>
-    p === index ? { ...pool, models: [...models] } : pool,
-  );
-  const next = { ...config, pools };
+  const next = withModels(kept);
   createRouter(next); // a discovered name may collide with another pool or a pass-through model
   return next;
 }

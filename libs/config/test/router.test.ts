@@ -47,6 +47,27 @@ describe('createRouter', () => {
       expect(router.route(model), model).toBeUndefined();
   });
 
+  it('sends a request without a model to the pool only when it is the one destination', () => {
+    // Several pools and a pass-through backend: no answer, the request must name its model.
+    expect(router.unnamed).toBeUndefined();
+    const single = loadConfig({ VLLM_URL: 'http://vllm:8000', VLLM_MODEL: 'm' });
+    const only = createRouter(single);
+    expect(only.unnamed).toEqual({ kind: 'pool', pool: single.pools[0] });
+    // The route object a named request gets, allocated once.
+    expect(only.unnamed).toBe(only.route('m'));
+    // Known while the pool's model is still being discovered: the pool is the same.
+    const discovering = loadConfig({ VLLM_URL: 'http://vllm:8000' });
+    expect(createRouter(discovering).unnamed).toEqual({
+      kind: 'pool',
+      pool: discovering.pools[0],
+    });
+    // One pool beside a pass-through backend: two destinations.
+    expect(
+      createRouter({ ...single, passthrough: [{ model: 'emb', url: 'http://tei:8080' }] }).unnamed,
+    ).toBeUndefined();
+    expect(createRouter(loadConfig({})).unnamed).toBeUndefined();
+  });
+
   it('refuses a hand-built config that routes one model twice', () => {
     const twice: SluiceConfig = {
       ...config,
@@ -100,6 +121,37 @@ describe('withDiscoveredModels', () => {
     expect(() => withDiscoveredModels(config, 'chat', ['chat', 'r1'])).toThrow(
       'pools[1].models[1]="r1" is invalid: expected a model not routed elsewhere (already at pools[0].models[1])',
     );
+  });
+
+  it('counts a name listed twice once', () => {
+    expect(withDiscoveredModels(single, 'default', ['m', 'lora', 'm']).pools[0]?.models).toEqual([
+      'm',
+      'lora',
+    ]);
+  });
+
+  it('with `refused`, leaves out and reports each name that fails, and serves the rest', () => {
+    const refused: [string, string][] = [];
+    const next = withDiscoveredModels(
+      config,
+      'chat',
+      ['chat', 'sql-lora', 'r1', ' bad', 'text-embedding-3-small', 'sql-lora'],
+      (model, reason) => refused.push([model, reason]),
+    );
+    expect(next.pools[1]?.models).toEqual(['chat', 'sql-lora']);
+    // The other routes are untouched, and the result routes every name once.
+    expect(next.pools[0]).toBe(reasoning);
+    expect(createRouter(next).route('sql-lora')).toEqual({ kind: 'pool', pool: next.pools[1] });
+    expect(createRouter(next).route('r1')).toEqual({ kind: 'pool', pool: reasoning });
+    expect(refused).toEqual([
+      ['r1', 'served by pool reasoning'],
+      [' bad', 'expected a non-empty model name without surrounding blanks or control characters'],
+      ['text-embedding-3-small', 'a pass-through model (http://tei:8080)'],
+    ]);
+    // A pool may drop models it served: they are its own.
+    expect(withDiscoveredModels(next, 'chat', ['chat'], () => {}).pools[1]?.models).toEqual([
+      'chat',
+    ]);
   });
 
   it('refuses an unknown pool', () => {

@@ -13,20 +13,21 @@ import type { ByteSpan, PeekedRequest } from './types.js';
 const CHARS_PER_TOKEN = 4;
 
 /**
- * What one image, audio or video item in `messages` counts, in characters: 1,024 tokens: the
- * value of a `url` key that is a `data:` URL (`image_url.url`, `video_url.url`,
- * `audio_url.url`), or of a `data` key (`input_audio.data`), when longer than this. Its
- * bytes (base64) are not prompt text: a vision model
- * turns an image into a few hundred to a few thousand tokens whatever the size of its file
- * (its processor's patches), so counted by characters a 300 KB photo read as 100,000 tokens
- * and went to the long-prompt lane.
+ * What one image, audio or video item in `messages` counts, in characters: 1,024 tokens,
+ * whatever it holds. A vision model turns an image into a few hundred to a few thousand tokens
+ * (its processor's patches), a video or an audio clip into as many or more, whether the
+ * engine fetches it from an http(s) URL or decodes it from a `data:` URL or base64: counted
+ * by characters, a 300 KB photo read as 100,000 tokens (the long-prompt lane), and an image
+ * by https URL as 15 tokens (charged nothing, the short lane). An item is the value of a key
+ * that vLLM reads as one (MEDIA_KEYS), and a `data` string longer than this (`prompt_embeds`).
  */
 const MEDIA_CHARS = 1024 * CHARS_PER_TOKEN;
 
 // What countSpan counts. Messages: the code points of string values (a chat template writes a
-// message's role and content, never its keys), an image, audio or video item at a fixed cost. Prompt: ceil(code points / 4) per string, 1 per
-// number (a token id). Definitions (`tools`, RAG `documents`): the code points of every string,
-// keys included, since chat templates write each definition as JSON (`tojson`).
+// message's role and content, never its keys), an image, audio or video item at a fixed cost.
+// Prompt: ceil(code points / 4) per string, 1 per number (a token id). Definitions (`tools`,
+// RAG `documents`): the code points of every string, keys included, since chat templates
+// write each definition as JSON (`tojson`).
 const VALUES = 0;
 const TOKEN_IDS = 1;
 const ALL_STRINGS = 2;
@@ -44,7 +45,7 @@ STRING_BYTE[0x5c] = 8;
 
 /**
  * Estimated prompt tokens of a peeked request for `endpoint`: for `chat`, its `messages` (the
- * characters of every string value in it) plus its `tools` and `documents` (the characters of
+ * characters of every string value in it, each image, audio or video item 1,024 tokens) plus its `tools` and `documents` (the characters of
  * every string in them, keys included), over 4, rounded up; for `completion`, its `prompt`
  * (each string ceil(characters / 4), each token id 1); 0 when those fields are absent or null.
  * The tool definitions count because the chat template writes them into the prompt the engine
@@ -78,8 +79,9 @@ export function estimatePromptTokens(
 }
 
 /**
- * Walks the span once. VALUES: the total code points of all string values; object keys (a
- * string followed by ':'), numbers and literals count nothing. TOKEN_IDS: the sum of
+ * Walks the span once. VALUES: the total code points of all string values, a media item
+ * (the value of a MEDIA_KEYS key, a long `data` string) MEDIA_CHARS; object keys (a string
+ * followed by ':'), numbers and literals count nothing. TOKEN_IDS: the sum of
  * ceil(code points / 4) over the string values, plus 1 per number (a token id). ALL_STRINGS:
  * the total code points of all strings, keys too.
  */
@@ -91,11 +93,19 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
   if (n > b.length) n = b.length;
   const table = STRING_BYTE;
   let total = 0;
-  // The key whose value comes next, when it may hold a media item: `url` (`image_url.url`,
-  // `video_url.url`, `audio_url.url`: a `data:` URL is one) or `data` (`input_audio.data`).
+  // The key whose value comes next, when it may be a media item: one of MEDIA_KEYS (the whole
+  // value is the item), or `data` (a long string is one).
   let mediaKey = NO_MEDIA_KEY;
   while (i < n) {
     const c = b[i]!;
+    if (mediaKey === ITEM_KEY && c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) {
+      // The value of a media key, whatever it is (a URL of any scheme, an object with one, or
+      // null beside a `uuid` of a cached item): one item, none of its strings.
+      total += MEDIA_CHARS;
+      mediaKey = NO_MEDIA_KEY;
+      i = skipValue(b, i, n);
+      continue;
+    }
     if (c === 0x22 /* " */) {
       // A string: count its code points (bytes less continuation bytes), a run at a time.
       i++;
@@ -143,12 +153,8 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
         else if (counting === VALUES) mediaKey = mediaKeyAt(b, start, chars);
       } else if (counting === TOKEN_IDS) {
         total += Math.ceil(chars / CHARS_PER_TOKEN);
-      } else if (
-        counting === VALUES &&
-        chars > MEDIA_CHARS &&
-        (mediaKey === DATA_KEY || (mediaKey === URL_KEY && isDataUrl(b, start)))
-      ) {
-        // An image, audio or video item: a fixed cost, not its bytes.
+      } else if (counting === VALUES && chars > MEDIA_CHARS && mediaKey === DATA_KEY) {
+        // Base64 bytes, not text: a fixed cost.
         total += MEDIA_CHARS;
         mediaKey = NO_MEDIA_KEY;
       } else {
@@ -187,24 +193,105 @@ function countSpan(b: Uint8Array, span: ByteSpan, counting: Counting): number {
 }
 
 const NO_MEDIA_KEY = 0;
-const URL_KEY = 1;
+const ITEM_KEY = 1;
 const DATA_KEY = 2;
 
-/** Which media-bearing key the key of `chars` characters starting at `i` is, if any. */
+/**
+ * Keys whose value vLLM reads as one image, audio or video item, wherever the key sits in a
+ * content part: its part parsers (`MM_PARSER_MAP` and `_parse_chat_message_content_mm_part`,
+ * vllm/entrypoints/chat_utils.py) take `image_url` (`{"url": …}`, or a plain string for
+ * `input_image` parts and parts without a `type`), `video_url`, `audio_url`, `input_audio`
+ * (`{"data", "format"}`), and precomputed `image_embeds` / `audio_embeds`. The engine
+ * fetches an http(s) URL itself, so the item's size in the body says nothing of its tokens.
+ */
+const MEDIA_KEYS: readonly (readonly number[])[] = [
+  'image_url',
+  'video_url',
+  'audio_url',
+  'input_audio',
+  'image_embeds',
+  'audio_embeds',
+].map((k) => Array.from(k, (ch) => ch.charCodeAt(0)));
+const DATA = Array.from('data', (ch) => ch.charCodeAt(0));
+
+/**
+ * Which media-bearing key the key of `chars` characters starting at `i` is, if any: compared
+ * after unescaping (`"image\u005furl"` is `image_url`, as JSON.parse and vLLM read it),
+ * without decoding. The first byte rules out almost every other key.
+ */
 function mediaKeyAt(b: Uint8Array, i: number, chars: number): number {
-  if (chars === 3 && b[i] === 0x75 && b[i + 1] === 0x72 && b[i + 2] === 0x6c) return URL_KEY; // url
-  if (chars === 4 && isData(b, i) && b[i + 4] === 0x22) return DATA_KEY;
+  if (chars === 4) return isKey(b, i, DATA) ? DATA_KEY : NO_MEDIA_KEY;
+  if (chars < 9 || chars > 12) return NO_MEDIA_KEY;
+  for (const key of MEDIA_KEYS) {
+    if (key.length === chars && isKey(b, i, key)) return ITEM_KEY;
+  }
   return NO_MEDIA_KEY;
 }
 
-/** Whether the bytes at `i` are `data`. */
-function isData(b: Uint8Array, i: number): boolean {
-  return b[i] === 0x64 && b[i + 1] === 0x61 && b[i + 2] === 0x74 && b[i + 3] === 0x61; // data
+/**
+ * Whether the string starting at `i` (after its opening quote) unescapes to exactly `key`
+ * (ASCII letters and '_', so only a `\uXXXX` escape can spell one of its characters).
+ */
+function isKey(b: Uint8Array, i: number, key: readonly number[]): boolean {
+  for (const want of key) {
+    const c = b[i];
+    if (c === 0x5c /* \ */) {
+      if (b[i + 1] !== 0x75 /* u */) return false;
+      let unit = 0;
+      for (let k = 2; k < 6; k++) {
+        const h = b[i + k]! | 0x20;
+        const digit = h >= 0x30 && h <= 0x39 ? h - 0x30 : h >= 0x61 && h <= 0x66 ? h - 0x57 : -1;
+        if (digit < 0) return false;
+        unit = unit * 16 + digit;
+      }
+      if (unit !== want) return false;
+      i += 6;
+    } else {
+      if (c !== want) return false;
+      i++;
+    }
+  }
+  return b[i] === 0x22; // "
 }
 
-/** Whether the string starting at `i` starts with `data:` (an RFC 2397 URL). */
-function isDataUrl(b: Uint8Array, i: number): boolean {
-  return isData(b, i) && b[i + 4] === 0x3a; // :
+/**
+ * One past the JSON value that starts at `i` (a string, an object or array with whatever nests
+ * in it, or a literal up to the next ',', '}' or ']'), without counting it; `n` at the latest.
+ * Strings are found with indexOf (native), so a 400 KB base64 string costs little.
+ */
+function skipValue(b: Uint8Array, i: number, n: number): number {
+  let depth = 0;
+  while (i < n) {
+    const c = b[i]!;
+    if (c === 0x22 /* " */) {
+      i = skipString(b, i + 1, n);
+      if (depth === 0) return i;
+      continue;
+    }
+    if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      depth++;
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) {
+      if (depth === 0) return i;
+      if (--depth === 0) return i + 1;
+    } else if (c === 0x2c /* , */ && depth === 0) {
+      return i;
+    }
+    i++;
+  }
+  return n;
+}
+
+/** One past the closing quote of the string whose contents start at `i`; `n` at the latest. */
+function skipString(b: Uint8Array, i: number, n: number): number {
+  for (;;) {
+    const q = b.indexOf(0x22 /* " */, i);
+    if (q < 0 || q >= n) return n;
+    // Escaped when an odd number of backslashes runs up to it.
+    let k = q;
+    while (k > i && b[k - 1] === 0x5c /* \ */) k--;
+    if ((q - k) % 2 === 0) return q + 1;
+    i = q + 1;
+  }
 }
 
 /**

@@ -442,11 +442,18 @@ function peek(b: Uint8Array): PeekedRequest {
   if (i < n) throw unexpected(b, i, n, 'expected the end of the body after the top-level object');
 
   // Fields are checked only now, so that the last of duplicate keys is the one that counts.
-  if (modelStart < 0) throw RequestPeekError.field('model', 'model is required');
-  if (b[modelStart] !== QUOTE) {
-    throw RequestPeekError.field('model', 'model must be a string', modelStart);
+  // `model` is optional, as in vLLM's request models (`model: str | None = None`,
+  // vllm/entrypoints/openai/chat_completion/protocol.py and completion/protocol.py), which
+  // serve a body without one, or with null or "", with the engine's first model
+  // (`_is_model_supported`, vllm/entrypoints/openai/engine/serving.py): where such a request
+  // goes is the gateway's decision.
+  let model: string | undefined;
+  if (modelStart >= 0 && b[modelStart] !== LOWER_N) {
+    if (b[modelStart] !== QUOTE) {
+      throw RequestPeekError.field('model', 'model must be a string or null', modelStart);
+    }
+    model = decodeString(b, modelStart + 1, modelEnd - 1);
   }
-  const model = decodeString(b, modelStart + 1, modelEnd - 1);
 
   // Read as vLLM's pydantic reads it: "true", "yes", 1 … stream, and the gateway must answer
   // a stream to a client who asked for one however it spelled it.
@@ -527,7 +534,7 @@ function peek(b: Uint8Array): PeekedRequest {
     documents: span(documentsStart, documentsEnd),
     chatTemplate: span(templateStart, templateEnd),
     chatTemplateKwargs: span(kwargsStart, kwargsEnd),
-    modelSpan: { start: modelStart, end: modelEnd },
+    modelSpan: span(modelStart, modelEnd),
     streamSpan: span(streamStart, streamEnd),
     maxTokensSpan: span(maxTokensStart, maxTokensEnd),
     maxCompletionTokensSpan: span(maxCompletionStart, maxCompletionEnd),

@@ -8,13 +8,16 @@ export interface ByteSpan {
  * The top-level fields Sluice needs from an OpenAI chat/completions request, and where their
  * values sit in the body so a rewrite can splice bytes instead of re-serialising. Every
  * property is always present (undefined when absent, false for the two flags that are plain
- * booleans); `null` counts as absent for every field but `model`. Numbers and booleans are
+ * booleans); `null` counts as absent for every field. Numbers and booleans are
  * read as vLLM's pydantic reads them in lax mode (see lax.ts): `"max_tokens":"100"` is 100,
  * `"stream":"true"` is true.
  */
 export interface PeekedRequest {
-  /** `model`, unescaped. */
-  readonly model: string;
+  /**
+   * `model`, unescaped; undefined when absent or null. vLLM's `model` is optional: it serves a
+   * request without one (or with null or "") with its first served model.
+   */
+  readonly model: string | undefined;
   /**
    * `stream` (true, false, 0, 1, or a string pydantic reads as a bool: "true", "no" …);
    * undefined when absent or null.
@@ -98,8 +101,8 @@ export interface PeekedRequest {
    * the prompt as those do.
    */
   readonly chatTemplateKwargs: ByteSpan | undefined;
-  /** The `model` value, quotes included. */
-  readonly modelSpan: ByteSpan;
+  /** The `model` value, quotes included; present whenever the key is (null included). */
+  readonly modelSpan: ByteSpan | undefined;
   /** The `stream` value, present whenever the key is (null included). */
   readonly streamSpan: ByteSpan | undefined;
   /** The `max_tokens` value, present whenever the key is (null included). */

@@ -6,7 +6,8 @@ export class RawNumber {
   constructor(readonly text: string) {}
 }
 
-type Value = JsonValue | RawNumber | Value[] | { [key: string]: Value };
+/** What serialize() writes: JSON, numbers spelled as given, and Members at any depth. */
+export type Value = JsonValue | RawNumber | Members | Value[] | { [key: string]: Value };
 
 /** Choices the serializer cycles through: whitespace between tokens, and which chars to escape. */
 export interface Style {

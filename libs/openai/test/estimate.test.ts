@@ -32,16 +32,26 @@ function codePoints(v: unknown): number {
 /** What one image, audio or video item counts, in characters (1,024 tokens). */
 const MEDIA_CHARS = 4096;
 
+/** Keys whose value vLLM reads as one image, audio or video item (vllm/entrypoints/chat_utils.py). */
+const MEDIA_KEYS = [
+  'image_url',
+  'video_url',
+  'audio_url',
+  'input_audio',
+  'image_embeds',
+  'audio_embeds',
+];
+
 /**
- * Code points of the string values of `messages`, except a media item (a string longer than
- * MEDIA_CHARS that is the value of a key `data`, or of a key `url` and starts with `data:`),
- * which counts MEDIA_CHARS.
+ * Code points of the string values of `messages`, except a media item, which counts
+ * MEDIA_CHARS: the value of a media key, whatever it is, and a string longer than MEDIA_CHARS
+ * that is the value of a key `data`.
  */
 function messageChars(v: unknown, key?: string): number {
+  if (key !== undefined && MEDIA_KEYS.includes(key)) return MEDIA_CHARS;
   if (typeof v === 'string') {
     const n = [...v].length;
-    const media = key === 'data' || (key === 'url' && v.startsWith('data:'));
-    return n > MEDIA_CHARS && media ? MEDIA_CHARS : n;
+    return n > MEDIA_CHARS && key === 'data' ? MEDIA_CHARS : n;
   }
   if (Array.isArray(v)) return v.reduce((sum: number, x) => sum + messageChars(x), 0);
   if (v !== null && typeof v === 'object')
@@ -222,13 +232,13 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(chat(image(`data:image/png;base64,${base64}`))).toBe(
       Math.ceil((4 + 4 + 13 + 9 + 4096) / 4),
     );
-    // An item small enough counts its own characters; a plain URL is text.
-    expect(chat(image('data:image/png;base64,AAAA'))).toBe(Math.ceil((4 + 4 + 13 + 9 + 26) / 4));
-    expect(chat(image(`https://example.com/${'x'.repeat(5000)}`))).toBe(
-      Math.ceil((4 + 4 + 13 + 9 + 20 + 5000) / 4),
-    );
+    // However small: the processor resizes an image to its patches whatever its file.
+    expect(chat(image('data:image/png;base64,AAAA'))).toBe(Math.ceil((4 + 4 + 13 + 9 + 4096) / 4));
     const audio = `[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"${base64}","format":"wav"}}]}]`;
-    expect(chat(audio)).toBe(Math.ceil((4 + 11 + 4096 + 3) / 4));
+    expect(chat(audio)).toBe(Math.ceil((4 + 11 + 4096) / 4));
+    // A long base64 string under a key `data` elsewhere (a prompt_embeds part) is no text.
+    const embeds = `[{"role":"user","content":[{"type":"prompt_embeds","data":"${base64}"}]}]`;
+    expect(chat(embeds)).toBe(Math.ceil((4 + 13 + 4096) / 4));
     // Only the value right after the key `data` is one: text after it counts as text.
     const after = `[{"role":"user","content":[{"data":1,"x":"${'y'.repeat(5000)}"}]}]`;
     expect(chat(after)).toBe(Math.ceil((4 + 5000) / 4));
@@ -238,6 +248,57 @@ describe('estimatePromptTokens: worked examples', () => {
     expect(chat(`[{"role":"user","content":[{"type":"text","text":"${pasted}"}]}]`)).toBe(
       Math.ceil((4 + 4 + 120_006) / 4),
     );
+    expect(chat(`[{"role":"user","content":[{"type":"text","text":"x","url":"${pasted}"}]}]`)).toBe(
+      Math.ceil((4 + 4 + 1 + 120_006) / 4),
+    );
+  });
+
+  it('chat: media the engine fetches by URL counts as much as media sent inline', () => {
+    // The engine downloads an http(s) URL and prefills the item's tokens all the same: counted
+    // as the URL's characters, 10 images estimated 94 tokens, charged and laned as a "hi".
+    const part = (type: string, value: string) => `{"type":"${type}","${type}":${value}}`;
+    const url = (u: string) => `{"url":"${u}"}`;
+    const parts = [
+      part('image_url', url('https://example.com/cat.jpg')),
+      part('image_url', url('http://10.0.0.5/scan.png')),
+      part('image_url', url('file:///data/images/1.png')), // --allowed-local-media-path
+      part('video_url', url('https://example.com/clip.mp4')),
+      part('audio_url', url('https://example.com/talk.mp3')),
+      part('input_audio', '{"data":"UklGRg==","format":"wav"}'),
+      part('image_embeds', '"AAAA"'),
+      part('audio_embeds', '{"audio_embeds":"AAAA"}'),
+      // An input_image part (the Responses API's shape) and a part without a type: a string.
+      '{"type":"input_image","image_url":"https://example.com/a.jpg"}',
+      '{"image_url":"https://example.com/b.jpg"}',
+      '{"video_url":"https://example.com/c.mp4"}',
+      // A cached item named by its uuid alone.
+      '{"type":"image_url","image_url":null,"uuid":"sha256-of-the-image"}',
+    ];
+    for (const p of parts) {
+      const messages = `[{"role":"user","content":[${p}]}]`;
+      const body = bytes(`{"model":"m","messages":${messages}}`);
+      const tokens = estimatePromptTokens(body, peekRequest(body), 'chat');
+      expect(tokens, p).toBeGreaterThanOrEqual(1024);
+      expect(tokens, p).toBeLessThan(1024 + 20);
+      expect(tokens, p).toBe(referenceEstimate(body, 'chat'));
+    }
+    // Ten images by URL: ten items.
+    const ten = Array.from({ length: 10 }, (_, k) =>
+      part('image_url', url(`https://example.com/${k}.jpg`)),
+    );
+    expect(chat(`[{"role":"user","content":[${ten.join(',')}]}]`)).toBe(
+      Math.ceil((4 + 10 * (9 + 4096)) / 4),
+    );
+    // The key as JSON.parse reads it, escaped or spaced.
+    expect(
+      chat('[{"role":"user","content":[{"image\\u005furl" : {"url":"https://e.com/x.jpg"}}]}]'),
+    ).toBe(Math.ceil((4 + 4096) / 4));
+    // Strings after the item count again, and nothing of the item leaks into them.
+    expect(
+      chat(
+        '[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://e.com/\\"}]\\"x"}},{"type":"text","text":"abcd"}]}]',
+      ),
+    ).toBe(Math.ceil((4 + 9 + 4096 + 4 + 4) / 4));
   });
 
   it("chat: chat_template_kwargs and chat_template count, as vLLM merges them into the template's arguments", () => {
@@ -374,6 +435,28 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
     fc.string({ unit: 'binary' }),
     fc.string({ unit: 'binary-ascii' }),
   );
+  /**
+   * An image, audio or video part: the media key's value an http(s) or data: URL, an object
+   * with one, base64 data or null; a prompt_embeds part with short or long base64.
+   */
+  const mediaPart: fc.Arbitrary<JsonValue> = fc.oneof(
+    fc
+      .tuple(
+        fc.constantFrom(...MEDIA_KEYS),
+        fc.oneof(
+          unicode,
+          fc.constantFrom('https://example.com/a.jpg', `data:image/png;base64,${'A'.repeat(5000)}`),
+          fc.record({ url: unicode, detail: fc.constantFrom('auto', 'low') }),
+          fc.record({ data: unicode, format: fc.constant('wav') }),
+          fc.constant(null),
+        ),
+      )
+      .map(([key, value]) => ({ type: key, [key]: value })),
+    fc.record({
+      type: fc.constant('prompt_embeds'),
+      data: fc.oneof(unicode, fc.constant('A'.repeat(5000))),
+    }),
+  );
   /** Messages with members the gateway does not care about, and values of every type. */
   const richMessage = fc.record(
     {
@@ -381,7 +464,7 @@ describe('estimatePromptTokens agrees with JSON.parse', () => {
       content: fc.oneof(
         unicode,
         fc.constant(null),
-        fc.array(fc.record({ type: fc.constant('text'), text: unicode })),
+        fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text: unicode }), mediaPart)),
       ),
       name: unicode,
       tool_call_id: unicode,

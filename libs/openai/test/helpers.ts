@@ -23,7 +23,7 @@ export type Expected =
   | {
       readonly kind: 'ok';
       readonly parsed: Record<string, unknown>;
-      readonly model: string;
+      readonly model: string | undefined;
       readonly stream: boolean | undefined;
       readonly maxTokens: number | undefined;
       readonly maxCompletionTokens: number | undefined;
@@ -112,7 +112,10 @@ export function expectedFor(body: Uint8Array): Expected {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return { kind: 'json' };
   const parsed = value as Record<string, unknown>;
   const get = (key: string): unknown => (Object.hasOwn(parsed, key) ? parsed[key] : undefined);
-  if (typeof get('model') !== 'string') return { kind: 'field', field: 'model' };
+  // Optional, as vLLM's `model: str | None = None`: absent or null is no model.
+  const model = get('model');
+  if (model !== undefined && model !== null && typeof model !== 'string')
+    return { kind: 'field', field: 'model' };
   const stream = pydanticBool(get('stream'));
   if (stream === 'bad') return { kind: 'field', field: 'stream' };
   const maxTokens = tokenCount(get('max_tokens'));
@@ -140,7 +143,7 @@ export function expectedFor(body: Uint8Array): Expected {
   return {
     kind: 'ok',
     parsed,
-    model: get('model') as string,
+    model: model ?? undefined,
     stream,
     maxTokens,
     maxCompletionTokens,

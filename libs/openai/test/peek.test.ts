@@ -144,9 +144,9 @@ describe('peekRequest: keys', () => {
 
   it('does not take near misses for known keys', () => {
     for (const key of ['Model', 'model ', 'mode', 'models', 'model\\u0000', '\\u006dode']) {
-      const error = peekError(`{"${key}":"m"}`);
-      expect(error.code).toBe('ERR_FIELD');
-      expect(error.field).toBe('model');
+      const r = peek(`{"${key}":"m"}`);
+      expect(r.model).toBeUndefined();
+      expect(r.modelSpan).toBeUndefined();
     }
   });
 
@@ -154,7 +154,8 @@ describe('peekRequest: keys', () => {
     expect(peek('{"model":"a","model":"b"}').model).toBe('b');
     expect(peek('{"model":1,"model":"b"}').model).toBe('b');
     expect(peek('{"model":"a","mod\\u0065l":"b"}').model).toBe('b');
-    expect(peekError('{"model":"a","model":null}').message).toBe('model must be a string');
+    expect(peek('{"model":"a","model":null}').model).toBeUndefined();
+    expect(peekError('{"model":"a","model":1}').message).toBe('model must be a string or null');
     const text = '{"model":"m","max_tokens":"x","max_tokens":5,"stream":true,"stream":null}';
     const r = peek(text);
     expect(r.maxTokens).toBe(5);
@@ -191,21 +192,32 @@ describe('peekRequest: model', () => {
     }
   });
 
-  it('is required', () => {
-    const error = peekError('{"messages":[]}');
-    expect(error.code).toBe('ERR_FIELD');
-    expect(error.field).toBe('model');
-    expect(error.message).toBe('model is required');
-    expect(error.offset).toBeUndefined();
-    expect(peekError('{}').field).toBe('model');
+  it('is optional, as in vLLM: absent or null is undefined, "" is ""', () => {
+    // vLLM's request models declare `model: str | None = None` and serve a request without one
+    // with the engine's first model: where it goes is the gateway's decision.
+    for (const text of [
+      '{"messages":[]}',
+      '{}',
+      '{"model":null,"messages":[]}',
+      '{ "model" : null }',
+    ]) {
+      const r = peek(text);
+      expect(r.model, text).toBeUndefined();
+    }
+    expect(peek('{"messages":[]}').modelSpan).toBeUndefined();
+    // The span of a null, as for the other fields whose key is present.
+    const text = '{"model":null,"stream":true}';
+    expect(peek(text).modelSpan).toStrictEqual({ start: 9, end: 13 });
+    expect(peek(text).stream).toBe(true);
+    expect(peek('{"model":""}').model).toBe('');
   });
 
-  it('must be a string', () => {
-    for (const value of ['null', '1', 'true', '["m"]', '{"id":"m"}']) {
+  it('must be a string or null', () => {
+    for (const value of ['1', 'true', '["m"]', '{"id":"m"}']) {
       const error = peekError(`{"model":${value}}`);
       expect(error.code).toBe('ERR_FIELD');
       expect(error.field).toBe('model');
-      expect(error.message).toBe('model must be a string');
+      expect(error.message).toBe('model must be a string or null');
       expect(error.offset).toBe(9);
     }
   });

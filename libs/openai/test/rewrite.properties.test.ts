@@ -1,6 +1,5 @@
 import { Buffer } from 'node:buffer';
 import fc from 'fast-check';
-import type { JsonValue } from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { peekRequest, rewriteRequest } from '../src/index.js';
 import type { RewritePlan } from '../src/index.js';
@@ -12,6 +11,7 @@ import {
   serialize,
   style,
 } from './arbitraries.js';
+import type { Value } from './arbitraries.js';
 import { pydanticInt } from './helpers.js';
 import {
   constrainsOutput,
@@ -24,11 +24,8 @@ import {
   vllmLimit,
 } from './rewrite-helpers.js';
 
-// serialize() writes a Members anywhere in a value, which its own Value type does not spell out.
-type Value = JsonValue | RawNumber | Members | Value[];
 type Entry = readonly [string, Value];
-const members = (entries: Entry[]): Members =>
-  new Members(entries as unknown as ConstructorParameters<typeof Members>[0]);
+const members = (entries: Entry[]): Members => new Members(entries);
 
 /** Strings with everything JSON must escape, non-ASCII text, emoji and lone surrogates. */
 const text = fc.oneof(

@@ -109,11 +109,26 @@ export async function completionRoutes(
       }
       throw err;
     }
-    const route = routing.router.route(peeked.model);
-    // Configured, when routed: the only model strings that become label values.
-    const model = modelLabel(peeked.model, route !== undefined);
+    // vLLM serves a request without a model (absent, null or "") with its first model; the
+    // body goes on as sent, so the engine picks it (Router.unnamed says where it goes).
+    const named = peeked.model === undefined || peeked.model === '' ? undefined : peeked.model;
+    const router = routing.router;
+    const route = named === undefined ? router.unnamed : router.route(named);
+    // Configured, when routed: the only model strings that become label values. A request
+    // without one is labelled with its pool's first model (the one vLLM serves it with, for a
+    // discovered pool), `unknown` while that is not known yet.
+    const model =
+      named === undefined
+        ? route?.kind === 'pool'
+          ? (route.pool.models[0] ?? UNKNOWN_MODEL)
+          : UNKNOWN_MODEL
+        : modelLabel(named, route !== undefined);
     const stream = peeked.stream === true;
     const refuseRead = (r: Refusal, pool?: string) => refuse(reply, model, r, pool, stream);
+    if (!route && named === undefined) {
+      refuseRead(refusal('bad_request', modelRequired(routing.config)));
+      return undefined;
+    }
     if (!route && !routing.known) {
       refuseRead(
         refusal(
@@ -124,7 +139,7 @@ export async function completionRoutes(
       return undefined;
     }
     if (!route) {
-      refuseRead(refusal('model_not_found', `The model \`${peeked.model}\` does not exist.`));
+      refuseRead(refusal('model_not_found', `The model \`${named}\` does not exist.`));
       return undefined;
     }
     const closed = opts.admit(admitAs ?? route.kind);
@@ -133,6 +148,22 @@ export async function completionRoutes(
       return undefined;
     }
     return { body, peeked, route, model, stream, refuseRead };
+  }
+
+  /**
+   * Why a request without a model is refused: several destinations, and any of their models
+   * could be meant. Names the models (configured or listed by the engines, never the
+   * client's), the first ten at most.
+   */
+  function modelRequired(config: SluiceConfig): string {
+    const models = [
+      ...config.pools.flatMap((p) => p.models),
+      ...config.passthrough.map((p) => p.model),
+    ];
+    const shown = models.slice(0, MODELS_NAMED).join(', ');
+    const more = models.length > MODELS_NAMED ? ` and ${models.length - MODELS_NAMED} more` : '';
+    const served = models.length > 0 ? `served here: ${shown}${more}; ` : '';
+    return `model is required: Sluice picks the model only when it fronts one pool and no pass-through backend; name one in \`model\` (${served}GET /v1/models lists them)`;
   }
 
   /**
@@ -188,7 +219,7 @@ export async function completionRoutes(
         return read.refuseRead(
           refusal(
             'bad_request',
-            `The model \`${peeked.model}\` does not support ${api} through Sluice: its pool ${route.pool.name} takes /v1/chat/completions and /v1/completions only; ${api} goes to pass-through models`,
+            `The model \`${peeked.model || read.model}\` does not support ${api} through Sluice: its pool ${route.pool.name} takes /v1/chat/completions and /v1/completions only; ${api} goes to pass-through models`,
           ),
           route.pool.name,
         );
@@ -215,7 +246,8 @@ export async function completionRoutes(
    * `vllm/entrypoints/openai/api_server.py` in older releases). Tokenizing takes no engine
    * slot, so it is not queued: a pool's model goes straight to one of the pool's engines (in
    * turn; the next one when an engine does not answer), a pass-through model to its backend.
-   * vLLM's `model` is optional (it has one); Sluice needs it to route, so it is required here.
+   * vLLM's `model` is optional (it has one): without one, as for completions, the request goes
+   * to the one pool when there is only one (Router.unnamed), else it is refused 400.
    */
   function tokenizer(path: '/tokenize' | '/detokenize') {
     return async (request: FastifyRequest, reply: FastifyReply) => {
@@ -390,6 +422,9 @@ export async function completionRoutes(
   app.all('/v1/responses', responses);
   app.all('/v1/responses/*', responses);
 }
+
+/** How many model names the 400 for a request without a model lists. */
+const MODELS_NAMED = 10;
 
 /**
  * Longest wait for an add: BullMQ's connection never times a command out (it must not, for
