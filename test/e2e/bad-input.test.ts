@@ -43,7 +43,7 @@ describe('bad input at the gateway', () => {
       /invalid JSON at byte \d+/,
     ],
     ['a body that is not an object', '["model"]', 400, 'bad_request', /JSON object/],
-    ['a missing model', '{"messages":[]}', 400, 'bad_request', /model/],
+    ['a model that is not a string', '{"model":5,"messages":[]}', 400, 'bad_request', /model/],
     [
       'a non-string model',
       '{"model":7,"messages":[]}',
@@ -165,6 +165,15 @@ describe('bad input at the gateway', () => {
     );
     expect(ok.status).toBe(200);
     expect((await sim.state()).receivedTotal).toBe(1);
+  });
+
+  it('serves a body without a model from the one pool, as vLLM serves its own model', async () => {
+    const res = await post(
+      JSON.stringify({ messages: [{ role: 'user', content: 'no model named' }], max_tokens: 2 }),
+    );
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { model: string }).model).toBe('m');
+    expect((await sim.state()).receivedTotal).toBe(2);
   });
 
   it('reports readiness: Redis reachable and a dispatcher leading', async () => {

@@ -211,8 +211,13 @@ export function parseSimRequest(
   policy: 'fcfs' | 'priority' = 'fcfs',
 ): SimRequest {
   if (!isObject(body)) throw new SimRequestError(400, 'request body must be a JSON object');
-  const model = body['model'];
-  if (typeof model !== 'string') throw new SimRequestError(400, 'model must be a string', 'model');
+  // vLLM serves its own model when the request names none: `model: str | None = None` in
+  // vllm/entrypoints/openai/chat_completion/protocol.py, and _is_model_supported returns True
+  // for an empty name (vllm/entrypoints/openai/engine/serving.py).
+  const named = body['model'];
+  if (named !== undefined && named !== null && typeof named !== 'string')
+    throw new SimRequestError(400, 'model must be a string', 'model');
+  const model = named === undefined || named === null || named === '' ? servedModel : named;
   if (model !== servedModel)
     throw new SimRequestError(404, `The model \`${model}\` does not exist.`, 'model');
   const stream = optionalBoolean(body, 'stream');

@@ -133,8 +133,8 @@ describe('engine-sim over HTTP (instant profile)', () => {
     ['malformed JSON', '{"model": "m",', 400, /JSON/],
     ['a body that is not an object', '[1,2]', 400, /JSON object/],
     [
-      'a missing model',
-      { messages: [{ role: 'user', content: 'x' }] },
+      'a model that is not a string',
+      { model: 5, messages: [{ role: 'user', content: 'x' }] },
       400,
       /model must be a string/,
     ],
