@@ -11,7 +11,7 @@ import { ReplyLossWatch, type LossCause } from './redis-loss.js';
 import type { Passthrough } from './passthrough.js';
 import type { PoolQueue } from './pool-queue.js';
 import type { RedisAnswers } from './redis-probe.js';
-import { refusal, type Refusal } from './refuse.js';
+import { QUEUE_LOST_MESSAGE, refusal, type Refusal } from './refuse.js';
 import type { ReplyRouter } from './replies.js';
 
 /**
@@ -65,16 +65,7 @@ export class HeldClients {
       listening: () => this.loss.connected,
       onLost: (held) => {
         log.warn({ jobId: held.jobId }, 'parked job vanished from Redis');
-        // Not only Redis loses a queued job: a dispatcher fails one whose data it cannot read
-        // (so no reply address it can trust), or that it failed to place, without a frame,
-        // and its gateway finds it gone the same way. The message names both causes.
-        void held.abandon(
-          refusal(
-            'queue_lost',
-            'the queued request is no longer in Redis (lost in a Redis restart or failover, or failed by a dispatcher that could not read or place it); it will not run',
-          ),
-          'queue_lost',
-        )();
+        void held.abandon(refusal('queue_lost', QUEUE_LOST_MESSAGE), 'queue_lost')();
       },
       leaders: options.pools && {
         poolOf: (held) => poolOf(options.pools!, held),

@@ -18,7 +18,7 @@ import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
 import { SseEvents } from './sse-events.js';
 import type { ServerResponse } from 'node:http';
 import type { QueuedRemoval } from './pool-queue.js';
-import { refusal, writeRefusal, type Refusal } from './refuse.js';
+import { QUEUE_LOST_MESSAGE, refusal, writeRefusal, type Refusal } from './refuse.js';
 
 export interface HeldRequestHooks {
   heartbeatMs: number;
@@ -67,6 +67,11 @@ export class HeldRequest {
   private parkTimer: NodeJS.Timeout | undefined;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private stallTimer: NodeJS.Timeout | undefined;
+  /** An answer's frames not handed to the socket yet, and whether one is with it (sendAnswer). */
+  private unsent: Buffer[] = [];
+  private writing = false;
+  /** The answer ended while frames of it were still unsent: it ends once they are out. */
+  private endWhenSent = false;
   private loadState = 'normal';
   private engine = '';
   /**
@@ -103,14 +108,21 @@ export class HeldRequest {
       this.heartbeatTimer = setInterval(() => this.heartbeat(), this.hooks.heartbeatMs);
     this.res.once('close', () => {
       if (this.state !== 'done') void this.clientGone();
+      // An answer that was still going out (sendAnswer) has nothing left to watch.
+      else this.disarmStall();
     });
   }
 
   onFrame(frame: Frame): void {
     if (this.state === 'done') return;
     this.lastFrameAt = this.hooks.now();
-    if (frame.seq !== this.expectedSeq)
+    if (frame.seq !== this.expectedSeq) {
+      // A new leader refusing a job its dead predecessor had started (release-loop.ts): its
+      // relay counts from 0, and what it says is the job's end.
+      if (frame.seq === 0 && frame.type === 'error')
+        return this.fail(refusal(frame.info.code, frame.info.message, frame.info.retryAfter));
       return this.broken(`expected frame ${this.expectedSeq}, got ${frame.seq}`);
+    }
     this.expectedSeq += 1;
     switch (frame.type) {
       case 'start':
@@ -238,15 +250,15 @@ export class HeldRequest {
   }
 
   /**
-   * Writes to a client that must keep reading: one whose socket has not drained for the stall
-   * limit, or that has the byte limit buffered, is cut and its engine request cancelled, so
-   * it does not hold a slot for nobody.
+   * Writes an event stream to a client that must keep reading: one whose socket has not
+   * drained for the stall limit, or that has the byte limit buffered, is cut and its engine
+   * request cancelled, so it does not hold a slot for nobody.
    */
   private send(chunk: Buffer | string): void {
     if (this.res.destroyed || this.res.write(chunk)) return;
-    // A write larger than the limit says nothing about the reader (a non-streamed answer comes
-    // as one frame, and nothing had a chance to drain yet): only bytes buffered before it,
-    // which the client has not taken, count against SLUICE_SLOW_CLIENT_BYTES.
+    // A write larger than the limit says nothing about the reader (the rest of a stream that
+    // ended, written at once): only bytes buffered before it, which the client has not taken,
+    // count against SLUICE_SLOW_CLIENT_BYTES.
     const behind = this.res.writableLength - byteLength(chunk);
     if (behind > this.hooks.slowClientBytes)
       return this.slowClient(`client reads too slowly (${behind} bytes buffered and not taken)`);
@@ -254,6 +266,40 @@ export class HeldRequest {
     this.armStall();
     this.res.once('drain', () => this.disarmStall());
   }
+
+  /**
+   * Writes an answer that is not an event stream (a non-streamed answer, an error body): the
+   * engine's finished work, which the dispatcher relays in 256 KiB frames much faster than a
+   * client reads. It has no byte limit, which would cut a client reading at any normal speed:
+   * its bytes are in memory here whether the client takes them or not, and cutting it stops
+   * no engine. It goes out one frame at a time instead, the next once the socket has taken
+   * the last, and only a client that takes nothing for the stall limit is cut. Handed to the
+   * socket at once, a backlog would go out as one write that completes, and drains, only at
+   * its last byte, so a steady reader of a long answer would look stalled.
+   */
+  private sendAnswer(chunk: Buffer): void {
+    this.unsent.push(chunk);
+    if (!this.writing) this.writeNext();
+  }
+
+  private writeNext(): void {
+    this.disarmStall();
+    // Cut meanwhile: nothing more goes out.
+    if (this.res.destroyed) this.unsent = [];
+    const next = this.unsent.shift();
+    if (next === undefined) {
+      this.writing = false;
+      if (this.endWhenSent && !this.res.destroyed) this.res.end();
+      // Ended while this went out: its last bytes are watched until they are taken.
+      if (this.res.writableEnded) this.watchEnded();
+      return;
+    }
+    this.writing = true;
+    this.armStall();
+    this.res.write(next, this.wrote);
+  }
+
+  private readonly wrote = (): void => this.writeNext();
 
   private armStall(): void {
     this.stallTimer ??= setTimeout(() => {
@@ -279,6 +325,8 @@ export class HeldRequest {
    * the answer is finished, or when the client leaves.
    */
   private watchEnded(): void {
+    // An answer still going out frame by frame is watched by its writes (writeNext).
+    if (this.writing) return;
     const res = this.res;
     if (!res.writableEnded || res.writableLength === 0 || res.destroyed) return this.disarmStall();
     this.armStall();
@@ -328,12 +376,17 @@ export class HeldRequest {
   }
 
   private body(bytes: Buffer): void {
-    if (this.firstByte) return this.send(bytes);
+    if (this.firstByte) return this.write(bytes);
     this.firstByte = true;
     clearInterval(this.heartbeatTimer);
-    this.send(bytes);
+    this.write(bytes);
     this.firstByteAt = this.hooks.now();
     this.hooks.onFirstByte(this);
+  }
+
+  private write(bytes: Buffer): void {
+    if (this.events) this.send(bytes);
+    else this.sendAnswer(bytes);
   }
 
   private end(): void {
@@ -348,7 +401,9 @@ export class HeldRequest {
       if (rest) this.body(rest);
       // That last write can find the client too slow, which ended the request already.
       if (this.state === 'done') return;
-      this.res.end();
+      // Frames of the answer still unsent go out first (sendAnswer).
+      if (this.unsent.length > 0) this.endWhenSent = true;
+      else this.res.end();
     }
     markStage('gateway.response-end');
     this.finish();
@@ -366,10 +421,7 @@ export class HeldRequest {
     }
     // Taken: the dispatcher took the job in the meantime; it runs normally.
     if (removal === 'taken' || this.state !== 'queued') return;
-    if (removal === 'missing')
-      return this.fail(
-        refusal('queue_lost', 'the queued request was lost by Redis (restarted or failed over)'),
-      );
+    if (removal === 'missing') return this.fail(refusal('queue_lost', QUEUE_LOST_MESSAGE));
     if (removal === 'error')
       return this.fail(refusal('redis_unavailable', 'queue unavailable (Redis does not answer)'));
     const retryAfter = await this.hooks.retryAfter().catch(() => undefined);

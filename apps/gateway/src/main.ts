@@ -3,7 +3,6 @@
 // Start-up never waits: the replica listens at once, connects to Redis and learns its
 // engines' model names in the background, and answers 503 until each is there (/readyz
 // says which). Only a wrong Redis password is fatal: waiting cannot fix it.
-import { randomUUID } from 'node:crypto';
 import { ConfigError, loadConfig, type SluiceConfig } from '@sluice/config';
 import {
   collectDefaultMetrics,
@@ -26,7 +25,7 @@ import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
 import { cancelPublisher } from './cancels.js';
 import { installCors } from './cors.js';
-import { discoverModels } from './discovery.js';
+import { discoverModels, ModelFollower } from './discovery.js';
 import { MODEL_CARDS_REFRESH_MS, ModelCards } from './model-cards.js';
 import { clientErrorHandler, installErrorHandlers } from './errors.js';
 import { DrainingConnections } from './drain.js';
@@ -39,6 +38,7 @@ import { PoolQueue } from './pool-queue.js';
 import { RedisProbe } from './redis-probe.js';
 import { refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 import { ReplicaHeartbeat } from './replica.js';
+import { processReplicaId } from './replica-id.js';
 import { ReplyRouter } from './replies.js';
 import { installRequestId, REQUEST_ID_HEADER, requestId } from './request-id.js';
 import { Routing } from './routing.js';
@@ -66,7 +66,7 @@ export interface Gateway {
 }
 
 export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
-  const replicaId = loaded.replica.id ?? `gw-${randomUUID().slice(0, 8)}`;
+  const replicaId = processReplicaId(loaded.replica.id);
   const { limits } = loaded;
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'sluice_gateway_' });
@@ -149,12 +149,20 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   );
   for (const pool of pools.values())
     pool.queue.on('error', (err) => log.warn({ err: err.message }, 'queue error'));
+  const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
+    countsReceivers: !isCluster(redis),
+    onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
+  });
   const replies = new ReplyRouter(
     subscriber,
     keys.replyChannel(replicaId),
     loaded.relay.silenceTimeoutMs,
     now,
     (kind) => metrics.badFrames.inc({ kind }),
+    (jobId, reason) => {
+      log.warn({ jobId }, 'reply frames for a job this replica does not hold: job cancelled');
+      publishCancel(jobId, reason);
+    },
   );
   const heartbeat = new ReplicaHeartbeat(
     redis,
@@ -164,10 +172,6 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   );
   const passthrough = new Passthrough(loaded.tenants !== undefined, loaded.engine);
 
-  const publishCancel = cancelPublisher(redis, keys.cancelChannel, {
-    countsReceivers: !isCluster(redis),
-    onGiveUp: (jobId, err) => log.warn({ err, jobId }, 'cancel publish failed'),
-  });
   const held = new HeldClients({
     replies,
     passthrough,
@@ -275,7 +279,13 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
 
   // Aborts discovery and the model cards' reads on close.
   const discovery = new AbortController();
-  const readCards = () => void cards.refresh(routing.config, discovery.signal);
+  // Each read of the cards also routes what the engines list now: LoRA adapters loaded at
+  // runtime, models a discovered pool gained or lost (ModelFollower, discovery.ts).
+  const follower = new ModelFollower(loaded, log);
+  const readCards = () =>
+    void follower.read(cards, routing, discovery.signal).then((next) => {
+      if (next !== undefined) primeRefusals(next);
+    });
   const cardsTimer = setInterval(readCards, MODEL_CARDS_REFRESH_MS).unref();
   discovery.signal.addEventListener('abort', () => clearInterval(cardsTimer));
   if (routing.known) readCards();

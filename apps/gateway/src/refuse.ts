@@ -7,6 +7,14 @@ import type { ServerResponse } from 'node:http';
 
 export { refusal, type Refusal } from '@sluice/protocol';
 
+/**
+ * What a client whose queued job vanished is told. Not only Redis loses a queued job: a
+ * dispatcher fails one whose data it cannot read (so no reply address it can trust), or that
+ * it failed to place, without a frame, and its gateway finds it gone the same way.
+ */
+export const QUEUE_LOST_MESSAGE =
+  'the queued request is no longer in Redis (lost in a Redis restart or failover, or failed by a dispatcher that could not read or place it); it will not run';
+
 export function refusalHeaders(r: Refusal): Record<string, string> {
   const headers: Record<string, string> = {
     'content-type': 'application/json',

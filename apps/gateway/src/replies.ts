@@ -8,7 +8,20 @@
 // the socket, read only after the timers, so the silence may be the gateway's. It judges at
 // the next tick instead, after the loop has read them; that one judges even when late too,
 // so a gateway that stalls at every tick still notices a dispatcher that died.
-import { decodeFrame, frameJobId, messageFrames, ProtocolError } from '@sluice/protocol';
+//
+// A frame that goes on (not an end or an error) for a job this process never held is for an
+// orphan: every job this process queues is in the table before its add, so before any frame
+// of it can come. Whatever held it is gone (a dead process whose channel this one got), and
+// nothing else would stop the engine generating it for nobody: its job is cancelled, once.
+// Jobs ended here are remembered for a while instead: their request took them back as it
+// ended (removed, cancelled, or answered whole), and their late frames need nothing more.
+import {
+  decodeFrame,
+  frameJobId,
+  messageFrames,
+  ProtocolError,
+  type Frame,
+} from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
@@ -19,6 +32,12 @@ export class ReplyRouter {
   private lastTickAt: number;
   private skippedLateTick = false;
   private idleWaiters: (() => void)[] = [];
+  // Jobs ended here or cancelled as orphans, in two generations of a silence timeout each:
+  // their frames need nothing more. Objects, not Sets, for what comes and goes with every
+  // request: a Set that grows keeps its old tables reachable (the dispatcher's id-table.ts).
+  private settled: Record<string, true> = Object.create(null) as Record<string, true>;
+  private settledBefore: Record<string, true> = Object.create(null) as Record<string, true>;
+  private settledSince: number;
 
   constructor(
     private readonly subscriber: Redis,
@@ -26,9 +45,12 @@ export class ReplyRouter {
     private readonly silenceTimeoutMs: number,
     private readonly now: () => number,
     private readonly onBadFrame: (kind: 'undecodable' | 'unknown_job', detail: string) => void,
+    /** Publishes a cancel for a job (cancels.ts). */
+    private readonly cancel: (jobId: string, reason: string) => void,
   ) {
     this.tickMs = Math.max(50, Math.floor(silenceTimeoutMs / 5));
     this.lastTickAt = now();
+    this.settledSince = this.lastTickAt;
     this.watchdog = setInterval(() => this.tick(), this.tickMs);
     this.watchdog.unref();
   }
@@ -52,6 +74,7 @@ export class ReplyRouter {
   /** A request ended: it leaves the table. */
   forget(jobId: string): void {
     this.held.delete(jobId);
+    this.settled[jobId] = true;
     if (this.held.size === 0) for (const resolve of this.idleWaiters.splice(0)) resolve();
   }
 
@@ -82,6 +105,7 @@ export class ReplyRouter {
     if (!held) {
       // Frames for a request that already ended (client gone, timed out) are expected.
       this.onBadFrame('unknown_job', jobId ?? '?');
+      if (jobId !== undefined) this.orphan(jobId, message);
       return;
     }
     try {
@@ -104,8 +128,31 @@ export class ReplyRouter {
     }
   }
 
+  /** A frame of `jobId`, which is not held here: cancels the job if nothing else settles it. */
+  private orphan(jobId: string, message: Buffer): void {
+    if (this.settled[jobId] || this.settledBefore[jobId]) return;
+    let type: Frame['type'] | undefined;
+    try {
+      type = decodeFrame(message).type;
+    } catch {
+      // What it was cannot be read (and a throw here would end the process, as in routeFrame):
+      // cancelling a job nobody here waits for costs nothing.
+    }
+    // The job is over already.
+    if (type === 'end' || type === 'error') return;
+    this.settled[jobId] = true;
+    this.cancel(jobId, 'orphaned');
+  }
+
   private tick(): void {
     const now = this.now();
+    // A job settled a silence timeout or two ago whose frames still come is cancelled (again):
+    // they would have stopped by now had its cancel been heard.
+    if (now - this.settledSince >= this.silenceTimeoutMs) {
+      this.settledBefore = this.settled;
+      this.settled = Object.create(null) as Record<string, true>;
+      this.settledSince = now;
+    }
     const late = now - this.lastTickAt > 2 * this.tickMs;
     this.lastTickAt = now;
     if (late && !this.skippedLateTick) {

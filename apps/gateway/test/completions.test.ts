@@ -47,7 +47,14 @@ beforeAll(async () => {
   await Promise.all([redisReady(redis), redisReady(bull)]);
   config = loadConfig({ VLLM_URL: 'http://127.0.0.1:1', VLLM_MODEL: 'm', REDIS_URL: server.url });
   // Never started: the tests hand frames to the held request themselves.
-  replies = new ReplyRouter(redis, 'replies', 60_000, Date.now, () => {}, () => {});
+  replies = new ReplyRouter(
+    redis,
+    'replies',
+    60_000,
+    Date.now,
+    () => {},
+    () => {},
+  );
 });
 afterAll(async () => {
   replies.stop();

@@ -34,7 +34,18 @@ beforeAll(async () => {
   subscriber = createRedis(server.url, { name: 'replies', role: 'subscriber' });
   listener = createRedis(server.url, { name: 'dispatcher', role: 'subscriber' });
   await Promise.all([redisReady(publisher), redisReady(subscriber), redisReady(listener)]);
-  router = new ReplyRouter(subscriber, channel, 60_000, Date.now, (kind) => badFrames.push(kind));
+  router = new ReplyRouter(
+    subscriber,
+    channel,
+    60_000,
+    Date.now,
+    (kind) => badFrames.push(kind),
+    cancelPublisher(publisher, keys.cancelChannel, {
+      onGiveUp: (_jobId, err) => {
+        throw err;
+      },
+    }),
+  );
   await router.start();
   listener.on('message', (_channel: string, message: string) => {
     cancels.push(message);
@@ -208,5 +219,56 @@ describe('a hostile reply frame', () => {
     expect(badFrames).toEqual(['undecodable', 'unknown_job', 'unknown_job']);
     expect(await cancelsSoFar()).toEqual(['t1 frame_lost']);
     expect(router.held.size).toBe(0);
+  });
+});
+
+/** Resolves once `message` has come on the cancel channel. */
+function cancelHeard(message: string): Promise<void> {
+  return new Promise((resolve) => {
+    onCancel = () => {
+      if (cancels.includes(message)) resolve();
+    };
+  });
+}
+
+describe('frames of a job this replica does not hold', () => {
+  it('cancels the job once, at its first frame that goes on: nothing here waits for it', async () => {
+    badFrames.length = 0;
+    cancels.length = 0;
+    // What a process restarted on a dead one's channel gets: the dead one's job, running.
+    const first = cancelHeard('o1 orphaned');
+    await publisher.publish(channel, encodeFrame(start('o1')));
+    await first;
+    const frames: Frame[] = [
+      { type: 'head', jobId: 'o1', seq: 1, info: { status: 200, contentType: 'x' } },
+      { type: 'data', jobId: 'o1', seq: 2, chunk: Buffer.from('data: {"n":1}\n\n') },
+    ];
+    for (const f of frames) await publisher.publish(channel, encodeFrame(f));
+    // Frames are read in the order published: once the next orphan's cancel comes, o1's
+    // later frames have been read.
+    const next = cancelHeard('o2 orphaned');
+    await publisher.publish(channel, encodeFrame(start('o2')));
+    await next;
+    expect(await cancelsSoFar()).toEqual(['o1 orphaned', 'o2 orphaned']);
+    expect(badFrames).toEqual(['unknown_job', 'unknown_job', 'unknown_job', 'unknown_job']);
+  });
+
+  it('cancels nothing for a job that is over (its end or error frame), nor for one that ended here', async () => {
+    badFrames.length = 0;
+    cancels.length = 0;
+    // One this replica held and answered: its late frames need nothing more.
+    const answered = await held('a1');
+    await publisher.publish(channel, encodeFrame(start('a1')));
+    await serve('a1', 1, '{"ok":true}');
+    expect(await (await answered.answer).text()).toBe('{"ok":true}');
+    await publisher.publish(channel, encodeFrame({ type: 'alive', jobId: 'a1', seq: 4 }));
+    await publisher.publish(channel, encodeFrame({ type: 'end', jobId: 'e1', seq: 7 }));
+    const info = { code: 'engine_error' as const, message: 'gone' };
+    await publisher.publish(channel, encodeFrame({ type: 'error', jobId: 'x1', seq: 3, info }));
+    const marker = cancelHeard('o3 orphaned');
+    await publisher.publish(channel, encodeFrame(start('o3')));
+    await marker;
+    expect(await cancelsSoFar()).toEqual(['o3 orphaned']);
+    expect(badFrames).toEqual(['unknown_job', 'unknown_job', 'unknown_job', 'unknown_job']);
   });
 });

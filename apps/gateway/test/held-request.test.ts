@@ -2,7 +2,7 @@
 // sockets: an HTTP server whose handler holds the request, and a client that reads, or not.
 import { once } from 'node:events';
 import { createServer, type Server, type ServerResponse } from 'node:http';
-import { connect, type AddressInfo } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { keySpace, type Frame, type JobPayload } from '@sluice/protocol';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
@@ -168,6 +168,28 @@ describe('HeldRequest', () => {
     expect(request.reason).toBeUndefined();
     expect(request.queueWaitMs).toBeGreaterThanOrEqual(0);
     expect(request.tokens).toEqual({ completionTokens: 1, promptTokens: 4 });
+  });
+
+  it("takes a new leader's error frame 0 for a job that had started as the job's end, not a lost frame", async () => {
+    const h = hooks();
+    const { request, answer } = await held('j0', h, false);
+    request.onFrame(frame('j0', { type: 'start', info: { engine: 'e', loadState: 'normal' } }, 0));
+    request.onFrame(frame('j0', { type: 'alive' }, 1));
+    // The dead leader's relay had counted to 1; the new one's relay starts again at 0.
+    request.onFrame(
+      frame(
+        'j0',
+        {
+          type: 'error',
+          info: { code: 'dispatcher_lost', message: 'the dispatcher died', retryAfter: 1 },
+        },
+        0,
+      ),
+    );
+    const res = await answer;
+    expect(res.status).toBe(503);
+    expect(res.headers.get('x-sluice-reject-reason')).toBe('dispatcher_lost');
+    expect(request.reason).toBe('dispatcher_lost');
   });
 
   it('records a client that left as 499 cancelled, and cancels its engine request', async () => {
@@ -448,6 +470,53 @@ describe('HeldRequest: the slow-client byte bound', () => {
     expect(h.cancels).toEqual([]);
   });
 
+  it("gets a non-streamed answer far larger than the bound, in the relay's 256 KiB frames, whole to a client that reads", async () => {
+    const h = hooks({ slowClientBytes: MiB });
+    const { request, answer } = await held('frames', h, false);
+    let at = opened(request, 'frames', 'application/json');
+    const body = Buffer.alloc(12 * MiB, '{"x":"0123456789abcdef"}');
+    // As a bundle of frames comes, in one turn: the client, however fast, reads none of it
+    // meanwhile, and the kernel takes a few MiB at most.
+    for (let i = 0; i < body.length; i += 256 * 1024)
+      request.onFrame(
+        frame('frames', { type: 'data', chunk: body.subarray(i, i + 256 * 1024) }, at++),
+      );
+    request.onFrame(frame('frames', { type: 'end' }, at++));
+    const res = await answer;
+    expect(res.status).toBe(200);
+    expect(Buffer.from(await res.arrayBuffer()).equals(body)).toBe(true);
+    expect(h.refused).toEqual([]);
+    expect(h.cancels).toEqual([]);
+  });
+
+  it('keeps a non-streamed answer going to a client that reads it more slowly than the stall limit, taking bytes all along', async () => {
+    // The byte bound is out of reach: only the stall limit could cut it.
+    const h = hooks({ slowClientStallMs: 1000 });
+    const { socket, res } = await rawClient();
+    socket.pause();
+    const request = new HeldRequest('slow', 'm', false, Date.now(), Date.now(), res, h);
+    request.hold();
+    let at = opened(request, 'slow', 'application/json');
+    const body = Buffer.alloc(24 * MiB, '{"x":"0123456789abcdef"}');
+    for (let i = 0; i < body.length; i += 256 * 1024)
+      request.onFrame(
+        frame('slow', { type: 'data', chunk: body.subarray(i, i + 256 * 1024) }, at++),
+      );
+    // A reader of about 4 MiB/s: the answer takes several stall limits to read, and its
+    // socket does not drain before the end, while every stall limit sees bytes taken.
+    const read = paced(socket, 256 * 1024, 62);
+    // The end comes halfway through, so both the answer under way and the answer ended are
+    // read slowly.
+    await read.reached(body.length / 2);
+    expect(request.state).toBe('running');
+    request.onFrame(frame('slow', { type: 'end' }, at++));
+    const received = await read.all;
+    expect(h.refused).toEqual([]);
+    expect(h.cancels).toEqual([]);
+    expect(request.status).toBe(200);
+    expect(dechunked(received).equals(body)).toBe(true);
+  }, 60_000);
+
   it('still cuts a stream whose client stopped reading once more than the bound is left unread', async () => {
     // The stall limit is out of reach: only the byte bound can cut it.
     const h = hooks({ slowClientBytes: 4 * MiB, slowClientStallMs: 600_000 });
@@ -483,6 +552,59 @@ describe('HeldRequest: the slow-client byte bound', () => {
     socket.destroy();
   });
 });
+
+/**
+ * Reads `socket` at a paced rate, `slice` bytes every `everyMs`: a client on a slow link.
+ * `all` resolves with everything once the connection closed.
+ */
+function paced(socket: Socket, slice: number, everyMs: number) {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  let inSlice = 0;
+  const waiting: { n: number; resolve: () => void }[] = [];
+  socket.on('data', (chunk: Buffer) => {
+    chunks.push(chunk);
+    bytes += chunk.length;
+    inSlice += chunk.length;
+    for (const w of waiting.filter((w) => bytes >= w.n)) w.resolve();
+    if (inSlice < slice) return;
+    // The pace of the reader, not a wait for anything.
+    socket.pause();
+    inSlice = 0;
+    setTimeout(() => socket.resume(), everyMs);
+  });
+  // A connection cut is an end too: what came before it is what the client got.
+  socket.on('error', () => {});
+  let closed = false;
+  const all = once(socket, 'close').then(() => {
+    closed = true;
+    for (const w of waiting) w.resolve();
+    return Buffer.concat(chunks);
+  });
+  socket.resume();
+  return {
+    /** Resolves once `n` bytes came, or the connection closed before. */
+    reached: (n: number) =>
+      new Promise<void>((resolve) =>
+        bytes >= n || closed ? resolve() : waiting.push({ n, resolve }),
+      ),
+    all,
+  };
+}
+
+/** The body of a raw HTTP/1.1 response sent with chunked transfer coding. */
+function dechunked(response: Buffer): Buffer {
+  let at = response.indexOf('\r\n\r\n') + 4;
+  const parts: Buffer[] = [];
+  for (;;) {
+    const eol = response.indexOf('\r\n', at);
+    const size = parseInt(response.toString('latin1', at, eol), 16);
+    if (eol < 0 || !(size >= 0)) throw new Error(`response cut at byte ${at}`);
+    if (size === 0) return Buffer.concat(parts);
+    parts.push(response.subarray(eol + 2, eol + 2 + size));
+    at = eol + 2 + size + 2;
+  }
+}
 
 describe('HeldRequest: an engine error after the stream went out as 200', () => {
   /**

@@ -132,7 +132,14 @@ async function parked(jobId: string, h: HeldRequestHooks, stream = true) {
   return { request, answer };
 }
 
-function frame(jobId: string, body: Omit<Frame, 'jobId' | 'seq'>, seq: number): Frame {
+/** A frame without its job id and sequence number (distributed over the union). */
+type FrameBody = Frame extends infer F
+  ? F extends Frame
+    ? Omit<F, 'jobId' | 'seq'>
+    : never
+  : never;
+
+function frame(jobId: string, body: FrameBody, seq: number): Frame {
   return { ...body, jobId, seq } as Frame;
 }
 
@@ -287,7 +294,14 @@ describe('parked jobs of a pool without a leader', () => {
 
 describe('HeldClients', () => {
   it('answers a parked client of a pool without a leader 503 no_leader, not park_timeout at its limit', async () => {
-    const replies = new ReplyRouter(subscriber, 'replies', 60_000, Date.now, () => {});
+    const replies = new ReplyRouter(
+      subscriber,
+      'replies',
+      60_000,
+      Date.now,
+      () => {},
+      () => {},
+    );
     const warnings: string[] = [];
     const log = {
       warn: (_o: object, msg: string) => warnings.push(msg),
@@ -312,7 +326,8 @@ describe('HeldClients', () => {
       const res = await answer;
       expect(res.headers.get('x-sluice-reject-reason')).toBe('no_leader');
       expect(res.status).toBe(503);
-      expect((await res.json()).error.message).toBe('no dispatcher is leading pool p');
+      const refused = (await res.json()) as { error: { message: string } };
+      expect(refused.error.message).toBe('no dispatcher is leading pool p');
       expect(await redis.exists(queue.jobKey('j'))).toBe(0);
       expect(warnings).toContain('no dispatcher leads the pool: parked job taken back');
     } finally {

@@ -45,6 +45,7 @@ describe('ReplyRouter silence watchdog', () => {
       SILENCE_MS,
       clock,
       () => {},
+      () => {},
     );
     held = fakeHeld('running');
     router.held.set('job-1', held as unknown as HeldRequest);

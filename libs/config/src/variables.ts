@@ -318,7 +318,7 @@ export const VARIABLES = {
   }),
   SLUICE_SLOW_CLIENT_BYTES: v(integer(1024), {
     fallback: 4_194_304,
-    help: 'bytes buffered for one slow client before its request is cancelled',
+    help: 'bytes of a stream buffered for one slow client before its request is cancelled (a non-streamed answer, whose engine work is done, is held only to the stall limit)',
   }),
   GATEWAY_REQUEST_TIMEOUT_SECONDS: v(
     decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
@@ -331,7 +331,7 @@ export const VARIABLES = {
     decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
     {
       fallback: 30,
-      help: "a client's socket that has not drained for this long is cut and its engine request cancelled",
+      help: 'a client that has taken no bytes of its answer for this long is cut and its engine request cancelled',
     },
   ),
   SLUICE_REDIS_LOSS_GRACE_SECONDS: v(
@@ -392,7 +392,7 @@ export const VARIABLES = {
   }),
   SLUICE_REPLICA_ID: v(id, {
     defaultText: 'generated',
-    help: 'name of this gateway replica (its reply channel and liveness key)',
+    help: "name of this gateway replica; each process adds a random suffix of its own (`<name>.<8 hex>`, as logs and /healthz show it) for its reply channel and liveness key, so one restarted under the same name does not take over the dead process's queued requests",
   }),
   SLUICE_DISPATCHER_ID: v(id, {
     defaultText: 'generated',
