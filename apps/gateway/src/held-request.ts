@@ -187,6 +187,9 @@ export class HeldRequest {
     this.reason = r.reason;
     // writeRefusal never sends 499: nobody would read it.
     this.status = r.status === 499 && !res.headersSent ? 503 : r.status;
+    // Frames of an answer still waiting for the socket (sendAnswer) never go out now.
+    this.unsent = [];
+    this.endWhenSent = false;
     if (!res.headersSent) writeRefusal(res, r);
     // Only whole events went out (SseEvents): the error starts on a boundary, and a held
     // half-event is dropped with the request.
@@ -284,8 +287,9 @@ export class HeldRequest {
 
   private writeNext(): void {
     this.disarmStall();
-    // Cut meanwhile: nothing more goes out.
-    if (this.res.destroyed) this.unsent = [];
+    // Cut or ended meanwhile (fail): nothing more goes out; a write after the end would be an
+    // 'error' on the response that nothing listens to.
+    if (this.res.destroyed || this.res.writableEnded) this.unsent = [];
     const next = this.unsent.shift();
     if (next === undefined) {
       this.writing = false;

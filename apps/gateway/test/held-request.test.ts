@@ -537,6 +537,35 @@ describe('HeldRequest: the slow-client byte bound', () => {
     socket.destroy();
   });
 
+  it('fails a stream request whose JSON answer has frames still unsent without writing after its end', async () => {
+    const h = hooks({ slowClientBytes: 4 * MiB });
+    const { socket, res } = await rawClient();
+    socket.pause();
+    const errors: Error[] = [];
+    res.on('error', (err) => errors.push(err));
+    const request = new HeldRequest('late', 'm', true, Date.now(), Date.now(), res, h);
+    request.hold();
+    request.onFrame(
+      frame('late', { type: 'start', info: { engine: 'e', loadState: 'normal' } }, 0),
+    );
+    // An engine's error answer to a stream request: a JSON body, not events (sendAnswer).
+    request.onFrame(
+      frame('late', { type: 'head', info: { status: 500, contentType: 'application/json' } }, 1),
+    );
+    for (let at = 2; at < 6; at++)
+      request.onFrame(frame('late', { type: 'data', chunk: Buffer.alloc(4 * MiB, 'x') }, at));
+    request.onFrame(
+      frame('late', { type: 'error', info: { code: 'engine_error', message: 'gone' } }, 6),
+    );
+    const finished = once(res, 'finish');
+    socket.resume();
+    await finished;
+    // A write after the end is reported on the next tick: let it come, if it does.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(errors).toEqual([]);
+    socket.destroy();
+  });
+
   it('cuts a client that stopped reading in the middle of one large frame once the stall limit passes', async () => {
     const h = hooks({ slowClientBytes: 4 * MiB, slowClientStallMs: 200 });
     const { socket, res } = await rawClient();
