@@ -87,7 +87,7 @@ export class FairShare {
   /** The queues as the last take left them, when its reading could tell. */
   private afterLastTake: Promise<TenantQueuesReading | undefined> | undefined;
   /** The output reserved for each non-streamed job released and not yet settled, by job id. */
-  private readonly reserved = new Map<string, number>();
+  private readonly reserved = new Map<string, { tenant: string; tokens: number }>();
   /**
    * Output per sequence of the pool's non-streamed runs without a limit that reported usage
    * (a running mean), reserved for the next such job. Kept in this process only: a new leader
@@ -226,7 +226,7 @@ export class FairShare {
       // ends early reports no usage. Charged ahead, it counts in the picks while it runs.
       const reserve = this.expectedOutput(payload);
       this.counter.chargeOutput(tenant, reserve);
-      this.reserved.set(jobId, reserve);
+      this.reserved.set(jobId, { tenant, tokens: reserve });
     }
     this.dirty = true;
     this.inflight.set(tenant, (this.inflight.get(tenant) ?? 0) + 1);
@@ -273,8 +273,8 @@ export class FairShare {
   /**
    * The engine call of a non-streamed job `released` ended: the output reserved for it is
    * settled. Replaced by `completionTokens`, the engine's `usage.completion_tokens`, when the
-   * answer reported it; given back when the engine refused the request (`refused`: a 4xx
-   * answer, nothing generated); kept otherwise. A run cancelled by its client, timed out or
+   * answer reported it; given back when the engine generated nothing for certain (`refused`:
+   * a 4xx answer, or an engine never reached); kept otherwise. A run cancelled by its client, timed out or
    * failed reports no usage, and what the engine generated for it is unknown: the tenant pays
    * the reservation, as a stream it abandons pays the tokens that passed. A streamed job has
    * nothing reserved (its count is settled through `output`).
@@ -373,9 +373,24 @@ export class FairShare {
     }
   }
 
+  /**
+   * This leader hands the pool over while jobs still run: the counters it writes last are
+   * what the next leader goes on from, and the settlements of those runs would come after
+   * that write, into counters nobody writes again. A reservation still open is given back
+   * before that write, so no tenant carries a charge that can never be corrected (its run goes
+   * uncharged for its output instead, as every run in flight at a hand-over did before
+   * reservations). Settling afterwards finds nothing reserved.
+   */
+  handOver(): void {
+    for (const { tenant, tokens } of this.reserved.values())
+      this.counter.correctOutput(tenant, tokens, 0);
+    if (this.reserved.size > 0) this.dirty = true;
+    this.reserved.clear();
+  }
+
   /** The output reserved for `jobId` (0 when none), forgotten: it is settled once. */
   private takeReserved(jobId: string): number {
-    const reserved = this.reserved.get(jobId) ?? 0;
+    const reserved = this.reserved.get(jobId)?.tokens ?? 0;
     this.reserved.delete(jobId);
     return reserved;
   }

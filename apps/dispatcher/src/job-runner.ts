@@ -239,13 +239,14 @@ export class JobRunner {
         payload,
       );
       // However the call ended: a cancel, a time-out or a failure before the whole answer
-      // leaves no usage, and the reservation made at release stays charged.
+      // leaves no usage, and the reservation made at release stays charged, unless the engine
+      // generated nothing for certain: it refused the request (4xx) or was never reached.
       if (!payload.stream)
         fairShare?.outputEnded(
           jobId,
           payload,
           tokens.reported?.completionTokens,
-          outcome === 'client_error',
+          outcome === 'client_error' || outcome === 'engine_unreachable',
         );
     } finally {
       cancels.unregister(jobId);

@@ -301,8 +301,12 @@ export class PoolDispatcher {
     this.closing = true;
     this.deps.redis.off('ready', this.onRedisReady);
     for (const t of this.timers) clearInterval(t);
-    // The next leader goes on from the counters as they are now.
-    if (this.lease.isLeader) await this.fairShare?.flush();
+    // The next leader goes on from the counters as they are now, without the output reserved
+    // for runs still in flight (their settlement would come after this last write).
+    if (this.lease.isLeader) {
+      this.fairShare?.handOver();
+      await this.fairShare?.flush();
+    }
     await this.lease.stop();
     // A take blocks at most BullMQ's block timeout (10 s with delayed jobs), unless Redis is
     // away: then only closing the worker (after the jobs in flight ended) frees it, and

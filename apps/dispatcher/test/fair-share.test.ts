@@ -243,6 +243,23 @@ describe('fair share (leader side)', () => {
       expect(virtual(fair, 'alpha')).toBe(4 * 100 + 3 * 2 * 200);
     });
 
+    it('gives open reservations back before a hand-over, so the next leader inherits no charge that cannot be settled', async () => {
+      const fair = fairShare();
+      await fair.load();
+      const job = whole('alpha', { maxTokens: 200 });
+      fair.released('a0', job);
+      fair.released('a1', job);
+      fair.outputEnded('a1', job, 20, false);
+      expect(virtual(fair, 'alpha')).toBe(2 * 100 + 2 * 200 + 2 * 20);
+      // a0 still runs when this leader closes (pool-dispatcher.ts, close).
+      fair.handOver();
+      await fair.flush();
+      expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe(String(2 * 100 + 2 * 20));
+      // Its run ends after the last write: nothing is left reserved for it.
+      fair.outputEnded('a0', job, undefined, false);
+      expect(virtual(fair, 'alpha')).toBe(2 * 100 + 2 * 20);
+    });
+
     it('gives the reservation back with the input charge when the job is not run', async () => {
       for (const id of ['a0', 'a1']) await add('alpha', id);
       await add('beta', 'b0');

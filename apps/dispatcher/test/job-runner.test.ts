@@ -496,6 +496,17 @@ describe('job runner', () => {
     expect(fairShare.view()[tenant]!.virtualTokens).toBe(6 + 2 * 200);
     await runAndRecord(gone.entry, run);
     expect(fairShare.view()[tenant]!.virtualTokens).toBe(6);
+    // An engine never reached (restarting: connection refused) generated nothing either.
+    const unreached = await take({
+      tenant,
+      stream: false,
+      engineUrl: 'http://127.0.0.1:1',
+      more: { maxTokens: 200 },
+    });
+    fairShare.released(unreached.entry.id, unreached.entry.payload);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6 + 2 * 200);
+    await runAndRecord(unreached.entry, run);
+    expect(fairShare.view()[tenant]!.virtualTokens).toBe(6);
   });
 
   it('skips a job cancelled before its run started', async () => {
