@@ -281,11 +281,10 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const discovery = new AbortController();
   // Each read of the cards also routes what the engines list now: LoRA adapters loaded at
   // runtime, models a discovered pool gained or lost (ModelFollower, discovery.ts).
+  // Their refusal series are not primed: adapters come and go, and primed series stay
+  // (about 30 per name); the models known at start and at discovery are.
   const follower = new ModelFollower(loaded, log);
-  const readCards = () =>
-    void follower.read(cards, routing, discovery.signal).then((next) => {
-      if (next !== undefined) primeRefusals(next);
-    });
+  const readCards = () => void follower.read(cards, routing, discovery.signal);
   const cardsTimer = setInterval(readCards, MODEL_CARDS_REFRESH_MS).unref();
   discovery.signal.addEventListener('abort', () => clearInterval(cardsTimer));
   if (routing.known) readCards();
