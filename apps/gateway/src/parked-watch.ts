@@ -114,7 +114,10 @@ export class ParkedWatch {
     const byPool = new Map<ParkedPool, HeldRequest[]>();
     for (const held of parked) {
       const pool = held.parked ? leaders.poolOf(held) : undefined;
-      if (pool) byPool.set(pool, [...(byPool.get(pool) ?? []), held]);
+      if (!pool) continue;
+      const jobs = byPool.get(pool);
+      if (jobs) jobs.push(held);
+      else byPool.set(pool, [held]);
     }
     const rounds = await Promise.allSettled(
       [...byPool].map(([pool, jobs]) => this.withdraw(leaders, pool, jobs)),

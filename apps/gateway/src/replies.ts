@@ -15,13 +15,7 @@
 // nothing else would stop the engine generating it for nobody: its job is cancelled, once.
 // Jobs ended here are remembered for a while instead: their request took them back as it
 // ended (removed, cancelled, or answered whole), and their late frames need nothing more.
-import {
-  decodeFrame,
-  frameJobId,
-  messageFrames,
-  ProtocolError,
-  type Frame,
-} from '@sluice/protocol';
+import { decodeFrame, frameJobId, frameType, messageFrames, ProtocolError } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
 
@@ -131,13 +125,9 @@ export class ReplyRouter {
   /** A frame of `jobId`, which is not held here: cancels the job if nothing else settles it. */
   private orphan(jobId: string, message: Buffer): void {
     if (this.settled[jobId] || this.settledBefore[jobId]) return;
-    let type: Frame['type'] | undefined;
-    try {
-      type = decodeFrame(message).type;
-    } catch {
-      // What it was cannot be read (and a throw here would end the process, as in routeFrame):
-      // cancelling a job nobody here waits for costs nothing.
-    }
+    // Its type alone, from the first byte: a data frame is not decoded to be dropped. An
+    // unreadable type is cancelled too: cancelling a job nobody here waits for costs nothing.
+    const type = frameType(message);
     // The job is over already.
     if (type === 'end' || type === 'error') return;
     this.settled[jobId] = true;

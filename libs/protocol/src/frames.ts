@@ -172,6 +172,11 @@ function parseInfo(type: FrameType, payload: Buffer): unknown {
   return info;
 }
 
+/** Reads the frame's type alone, from its first byte: undefined when it names none. */
+export function frameType(message: Buffer): FrameType | undefined {
+  return types[message[0] ?? -1];
+}
+
 /** Reads the job id alone, cheaply: lets a gateway route or drop a frame before decoding it. */
 export function frameJobId(message: Buffer): string | undefined {
   const space = message.indexOf(SPACE);

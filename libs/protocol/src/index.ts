@@ -28,6 +28,7 @@ export {
   encodeBundle,
   encodeFrame,
   frameJobId,
+  frameType,
   isTokenCount,
   messageFrames,
   type EndInfo,

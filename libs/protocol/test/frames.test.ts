@@ -9,6 +9,7 @@ import {
   encodeDataFrame,
   encodeFrame,
   frameJobId,
+  frameType,
   isHeaderValue,
   messageFrames,
   type Frame,
@@ -75,6 +76,7 @@ describe('reply frames', () => {
         const decoded = decodeFrame(encodeFrame(f));
         expect(decoded).toEqual(f);
         expect(frameJobId(encodeFrame(f))).toBe(f.jobId);
+        expect(frameType(encodeFrame(f))).toBe(f.type);
       }),
     );
   });
