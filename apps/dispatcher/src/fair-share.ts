@@ -31,6 +31,7 @@ import {
   type TenantQueuesReading,
 } from './tenant-queues.js';
 import { limitedWarn, type LimitedWarn } from './warn-limit.js';
+import { IdTable } from './id-table.js';
 
 // Beside the counters in the same hash: who was waiting at the last pick, and who was picked,
 // so the next leader lifts nobody who was waiting all along. Tenant names cannot contain ':'.
@@ -87,7 +88,8 @@ export class FairShare {
   /** The queues as the last take left them, when its reading could tell. */
   private afterLastTake: Promise<TenantQueuesReading | undefined> | undefined;
   /** The output reserved for each non-streamed job released and not yet settled, by job id. */
-  private readonly reserved = new Map<string, { tenant: string; tokens: number }>();
+  // An IdTable, not a Map: entries come and go with every non-streamed job (id-table.ts).
+  private reserved = new IdTable<{ tenant: string; tokens: number }>();
   /**
    * Output per sequence of the pool's non-streamed runs without a limit that reported usage
    * (a running mean), reserved for the next such job. Kept in this process only: a new leader
@@ -385,7 +387,7 @@ export class FairShare {
     for (const { tenant, tokens } of this.reserved.values())
       this.counter.correctOutput(tenant, tokens, 0);
     if (this.reserved.size > 0) this.dirty = true;
-    this.reserved.clear();
+    this.reserved = new IdTable();
   }
 
   /** The output reserved for `jobId` (0 when none), forgotten: it is settled once. */
