@@ -78,6 +78,27 @@ const onePipelinePerTurn: RedisOptions = {
   autoPipeliningIgnoredCommands: [...BLOCKING_COMMANDS, ...WRITTEN_AT_ONCE],
 };
 
+/**
+ * A Cluster's auto-pipeline is picked by the node of a command's first argument. For EVAL and
+ * EVALSHA that is the script, not a key (ioredis 5.9 `autoPipelining.ts`, issue
+ * redis/ioredis#2109): two pools' lease renewals in one turn share a pipeline whatever node
+ * their keys are on, and the whole pipeline fails with "All keys in the pipeline should
+ * belong to the same slots allocation group" (seen as a dispatcher that never led). Scripts
+ * made with `defineCommand` go by their own names, keys first, and stay pipelined.
+ */
+const clusterPipelinePerTurn: RedisOptions = {
+  ...onePipelinePerTurn,
+  autoPipeliningIgnoredCommands: [
+    ...(onePipelinePerTurn.autoPipeliningIgnoredCommands ?? []),
+    'eval',
+    'evalsha',
+    'eval_ro',
+    'evalsha_ro',
+    'fcall',
+    'fcall_ro',
+  ],
+};
+
 const roleOptions: Record<RedisRole, RedisOptions> = {
   command: {
     maxRetriesPerRequest: 1,
@@ -216,7 +237,7 @@ function createCluster(
     clusterRetryStrategy: backoff,
     enableReadyCheck: true,
     // A Cluster pipelines by itself: the option of its node connections is not read.
-    ...(role === 'command' ? onePipelinePerTurn : {}),
+    ...(role === 'command' ? clusterPipelinePerTurn : {}),
     // BullMQ reads maxRetriesPerRequest from here (it must be null on its connections), and
     // each node connection takes these options; nodes never reconnect on their own, the
     // cluster does (clusterRetryStrategy).

@@ -1,6 +1,6 @@
 import { once } from 'node:events';
 import type { RedisTopology } from '@sluice/config';
-import { startRedis } from '@sluice/test/support';
+import { startCluster, startRedis } from '@sluice/test/support';
 import { Cluster } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import {
@@ -42,6 +42,28 @@ describe('Redis Cluster', () => {
     } finally {
       redis.disconnect();
       await node.stop();
+    }
+  });
+
+  it('runs EVALs of one turn on keys of different nodes: each goes to its own key', async () => {
+    const cluster = await startCluster();
+    const keys = ['sluice:{chat}:lease', 'sluice:{code}:lease', 'sluice:{x}:lease'];
+    const owners = new Set(await Promise.all(keys.map((key) => cluster.nodeOf(key))));
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(cluster.nodes[0]!.port) },
+      { name: 'sluice:test:cluster', role: 'command' },
+    );
+    redis.on('error', () => {});
+    try {
+      expect(owners.size).toBeGreaterThan(1);
+      await redisReady(redis);
+      const script = `return redis.call('set', KEYS[1], ARGV[1])`;
+      const replies = await Promise.all(keys.map((key) => redis.eval(script, 1, key, key)));
+      expect(replies).toEqual(['OK', 'OK', 'OK']);
+      expect(await Promise.all(keys.map((key) => redis.get(key)))).toEqual(keys);
+    } finally {
+      redis.disconnect();
+      await cluster.stop();
     }
   });
 
