@@ -378,15 +378,13 @@ export class FairShare {
   /**
    * This leader hands the pool over while jobs still run: the counters it writes last are
    * what the next leader goes on from, and the settlements of those runs would come after
-   * that write, into counters nobody writes again. A reservation still open is given back
-   * before that write, so no tenant carries a charge that can never be corrected (its run goes
-   * uncharged for its output instead, as every run in flight at a hand-over did before
-   * reservations). Settling afterwards finds nothing reserved.
+   * that write, into counters nobody writes again. A reservation still open stays charged, as
+   * a run that ends without usage does: giving it back would write a counter lower than the
+   * last periodic write, which already held it, and the next leader would go on from a tenant
+   * that went back in the order. The reservations are forgotten, so no settlement after the
+   * last write corrects counters the next leader already took over.
    */
   handOver(): void {
-    for (const { tenant, tokens } of this.reserved.values())
-      this.counter.correctOutput(tenant, tokens, 0);
-    if (this.reserved.size > 0) this.dirty = true;
     this.reserved = new IdTable();
   }
 

@@ -301,8 +301,8 @@ export class PoolDispatcher {
     this.closing = true;
     this.deps.redis.off('ready', this.onRedisReady);
     for (const t of this.timers) clearInterval(t);
-    // The next leader goes on from the counters as they are now, without the output reserved
-    // for runs still in flight (their settlement would come after this last write).
+    // The next leader goes on from the counters as they are now, with the output reserved for
+    // runs still in flight charged (their settlement would come after this last write).
     if (this.lease.isLeader) {
       this.fairShare?.handOver();
       await this.fairShare?.flush();

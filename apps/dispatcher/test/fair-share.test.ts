@@ -243,21 +243,26 @@ describe('fair share (leader side)', () => {
       expect(virtual(fair, 'alpha')).toBe(4 * 100 + 3 * 2 * 200);
     });
 
-    it('gives open reservations back before a hand-over, so the next leader inherits no charge that cannot be settled', async () => {
+    it('keeps open reservations charged at a hand-over, so the last write never lowers a counter the next leader goes on from', async () => {
       const fair = fairShare();
       await fair.load();
       const job = whole('alpha', { maxTokens: 200 });
       fair.released('a0', job);
       fair.released('a1', job);
+      await fair.flush();
+      const periodic = Number(await redis.hget(keys.fairShare('p'), 'alpha'));
+      // Output weighs twice.
+      expect(periodic).toBe(2 * 100 + 2 * 2 * 200);
       fair.outputEnded('a1', job, 20, false);
       expect(virtual(fair, 'alpha')).toBe(2 * 100 + 2 * 200 + 2 * 20);
       // a0 still runs when this leader closes (pool-dispatcher.ts, close).
       fair.handOver();
       await fair.flush();
-      expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe(String(2 * 100 + 2 * 20));
-      // Its run ends after the last write: nothing is left reserved for it.
-      fair.outputEnded('a0', job, undefined, false);
-      expect(virtual(fair, 'alpha')).toBe(2 * 100 + 2 * 20);
+      const last = 2 * 100 + 2 * 200 + 2 * 20;
+      expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe(String(last));
+      // Its run ends after the last write: nothing is left reserved for it to give back.
+      fair.outputEnded('a0', job, 5, false);
+      expect(virtual(fair, 'alpha')).toBe(last + 2 * 5);
     });
 
     it('gives the reservation back with the input charge when the job is not run', async () => {
