@@ -211,4 +211,27 @@ describe('sluice pool', () => {
       await standby.stop();
     }
   });
+
+  it('a drained pool whose last dispatcher stopped says it is draining, not that nobody leads', async () => {
+    // The test before stopped the last dispatcher: nobody leads now.
+    await eventually(async () => {
+      const ready = (await (await fetch(`${stack.gateway.url}/readyz`)).json()) as {
+        leaders: Record<string, boolean>;
+      };
+      return ready.leaders['default'] === false ? true : undefined;
+    }, 'the gateway to see no leader');
+    // The CLI sets the mode, and says that no leader showed it (exit 1).
+    expect((await sluice(['pool', 'drain', 'default', '--timeout', '0.5'])).code).toBe(1);
+    const refused = await answer(chat(stack.gateway.url, 'drained, leaderless', { max_tokens: 2 }));
+    expect([refused.status, refused.reason, refused.retryAfter]).toEqual([
+      503,
+      'pool_draining',
+      '30',
+    ]);
+    expect((await sluice(['pool', 'resume', 'default', '--timeout', '0.5'])).code).toBe(1);
+    const noLeader = await answer(
+      chat(stack.gateway.url, 'resumed, leaderless', { max_tokens: 2 }),
+    );
+    expect([noLeader.status, noLeader.reason]).toEqual([503, 'no_leader']);
+  });
 });

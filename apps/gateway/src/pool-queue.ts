@@ -269,6 +269,15 @@ export class PoolQueue {
     });
   }
 
+  /**
+   * The pool is draining (`sluice pool drain`), as the admission script reads it. Read apart
+   * only where a request is refused before any add: a drained pool without a leader says it
+   * is draining, the operator's choice, rather than that nobody leads it.
+   */
+  async isDraining(): Promise<boolean> {
+    return (await this.redis.get(this.controlKey)) === 'draining';
+  }
+
   /** Seconds a refused client should wait, from the leader's published drain rate. */
   async retryAfter(): Promise<number> {
     await this.readStats();

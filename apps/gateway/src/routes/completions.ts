@@ -275,7 +275,9 @@ export async function completionRoutes(
       // that goes missing while it changes hands is not refused: the next leader takes the job.
       const leader = await pool.hasLeader().catch(() => undefined);
       if (leader === undefined) return unavailable();
-      if (!leader)
+      if (!leader) {
+        if (await pool.isDraining().catch(() => false))
+          return refuseRead(queueRefusal('pool_draining', pool, undefined, 0), poolName);
         return refuseRead(
           refusal(
             'no_leader',
@@ -284,6 +286,7 @@ export async function completionRoutes(
           ),
           poolName,
         );
+      }
 
       const jobId = newJobId(now());
       const payload: JobPayload = {
