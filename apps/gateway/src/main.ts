@@ -34,7 +34,7 @@ import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
 import { UNKNOWN_MODEL } from './labels.js';
 import { startMetricsServer, type MetricsServer } from './metrics-server.js';
 import { Passthrough } from './passthrough.js';
-import { PoolQueue } from './pool-queue.js';
+import { PoolQueue, readLeaders } from './pool-queue.js';
 import { RedisProbe } from './redis-probe.js';
 import { refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 import { ReplicaHeartbeat } from './replica.js';
@@ -71,19 +71,9 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: 'sluice_gateway_' });
   const metrics = gatewayMetrics(registry, {
-    // The reading /readyz answers from (PoolQueue.hasLeader: cached a second, a hand-over
-    // forgiven), so the metric says what requests get. Redis not answering, or the read
-    // failing: unknown, no series; requests get redis_unavailable then, not no_leader.
-    poolLeaders: () =>
-      Promise.all(
-        [...pools.values()].map(
-          async (p) =>
-            [
-              p.pool.name,
-              redisUp() ? await p.hasLeader().catch(() => undefined) : undefined,
-            ] as const,
-        ),
-      ),
+    // What requests get (readLeaders, as /readyz): unknown while Redis does not answer, no
+    // series then.
+    poolLeaders: () => readLeaders(pools, redisUp()),
   });
   // Every routed model's refusal series from the start, at 0 (see primeRejected), again once
   // discovery has named the models of pools configured without them.

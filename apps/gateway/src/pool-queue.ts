@@ -311,3 +311,21 @@ function queuedAs(data: string): Pick<JobPayload, 'tenant' | 'bodyInKey'> {
     ...(bodyInKey === true ? { bodyInKey } : {}),
   };
 }
+
+/**
+ * Whether each pool has a leader, as requests would be answered (`hasLeader`: cached a second,
+ * a hand-over forgiven): what `/readyz` and `sluice_pool_has_leader` both report. Unknown
+ * (undefined) while Redis does not answer or the read fails: requests get
+ * `redis_unavailable` then, not `no_leader`.
+ */
+export function readLeaders(
+  pools: ReadonlyMap<string, PoolQueue>,
+  redisUp: boolean,
+): Promise<Array<readonly [string, boolean | undefined]>> {
+  return Promise.all(
+    [...pools.values()].map(
+      async (p) =>
+        [p.pool.name, redisUp ? await p.hasLeader().catch(() => undefined) : undefined] as const,
+    ),
+  );
+}

@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { Registry } from '@sluice/observability';
 import type { FastifyInstance } from 'fastify';
 import type { ModelCards } from '../model-cards.js';
-import type { PoolQueue } from '../pool-queue.js';
+import { readLeaders, type PoolQueue } from '../pool-queue.js';
 import type { Routing } from '../routing.js';
 
 export interface OpsRoutesOptions {
@@ -75,11 +75,7 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
       if (request.query.scope === 'replica') return reply.code(200).send({ draining: false });
       const redis = opts.redisUp();
       const leaders = redis
-        ? await Promise.all(
-            [...pools.values()].map(
-              async (p) => [p.pool.name, await p.hasLeader().catch(() => false)] as const,
-            ),
-          )
+        ? (await readLeaders(pools, true)).map(([name, led]) => [name, led === true] as const)
         : [];
       const models = routing.known;
       const ready = redis && models && leaders.every(([, ok]) => ok);
