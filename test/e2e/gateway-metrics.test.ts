@@ -54,6 +54,7 @@ describe("the gateway's series", () => {
       }).toEqual({ reason, value: 0 });
     // startStack waits for the gateway to see a leader.
     expect(value(text, 'sluice_pool_has_leader{pool="default"}')).toBe(1);
+    expect(value(text, 'sluice_redis_up')).toBe(1);
   });
 
   it('do not count a non-streamed answer in sluice_ttft_seconds; a streamed one, once', async () => {

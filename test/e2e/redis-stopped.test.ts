@@ -49,6 +49,10 @@ describe('Redis stops answering', () => {
       expect(error).toMatchObject({ code: 'redis_unavailable', type: 'server_error' });
     }
     expect((await fetch(`${gateway.url}/healthz`)).status).toBe(200);
+    // The series an alert can read through the outage (SluiceRedisUnreachable).
+    const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    expect(metrics).toMatch(/^sluice_redis_up 0$/m);
+    expect(metrics).not.toMatch(/^sluice_pool_has_leader/m);
   });
 
   it('serves again after SIGCONT, by itself', async () => {
@@ -56,6 +60,7 @@ describe('Redis stops answering', () => {
     await eventually(async () => (await readyz()).redis === true, '/readyz to see Redis back');
     expect((await complete()).status).toBe(200);
     const metrics = await (await fetch(`${gateway.url}/metrics`)).text();
+    expect(metrics).toMatch(/^sluice_redis_up 1$/m);
     expect(metrics).toMatch(/sluice_rejected_total\{model="m",reason="redis_unavailable"\} 3/);
     // The series exists from the start at 0 (primeRejected): it counted nothing.
     expect(metrics).not.toMatch(/reason="internal_error"[^}]*\} [1-9]/);

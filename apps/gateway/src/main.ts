@@ -74,6 +74,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     // What requests get (readLeaders, as /readyz): unknown while Redis does not answer, no
     // series then.
     poolLeaders: () => readLeaders(pools, redisUp()),
+    redisUp: () => redisUp(),
   });
   // Every routed model's refusal series from the start, at 0 (see primeRejected), again once
   // discovery has named the models of pools configured without them.

@@ -20,6 +20,8 @@ export interface GatewayReadings {
    * no series then. Must not reject: a failed reading would fail the whole scrape.
    */
   poolLeaders(): Promise<ReadonlyArray<readonly [pool: string, leader: boolean | undefined]>>;
+  /** Redis is connected and answering this replica's probe (requests are not refused for it). */
+  redisUp(): boolean;
 }
 
 export function gatewayMetrics(registry: Registry, readings?: GatewayReadings) {
@@ -118,6 +120,17 @@ export function gatewayMetrics(registry: Registry, readings?: GatewayReadings) {
         this.reset();
         for (const [pool, leader] of seen)
           if (leader !== undefined) this.set({ pool }, leader ? 1 : 0);
+      },
+    }),
+    // The one series that stays when Redis is gone: every other gauge of a pool is read from
+    // Redis (the leaders' here, the engines' from the leading dispatcher), so without this an
+    // outage that refuses every request would show as series that vanish, and alert nothing.
+    redisUp: new Gauge({
+      name: 'sluice_redis_up',
+      help: "1 while this gateway's Redis connection is up and answers its probe, 0 while it refuses gated requests with redis_unavailable.",
+      registers,
+      collect() {
+        if (readings !== undefined) this.set(readings.redisUp() ? 1 : 0);
       },
     }),
     heartbeats: new Counter({
