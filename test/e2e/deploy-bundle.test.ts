@@ -6,7 +6,9 @@
 // against real Sluice processes.
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join, posix } from 'node:path';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, isAbsolute, join, posix, relative } from 'node:path';
 import { promisify } from 'node:util';
 import {
   PrometheusRule,
@@ -50,7 +52,8 @@ function validate(obj: J): void {
 }
 
 async function render(dir: string): Promise<J[]> {
-  const { stdout } = await run('kubectl', ['kustomize', path(dir)], { maxBuffer: 16 << 20 });
+  const where = isAbsolute(dir) ? dir : path(dir);
+  const { stdout } = await run('kubectl', ['kustomize', where], { maxBuffer: 16 << 20 });
   return parseAllDocuments(stdout).map((doc) => {
     expect(doc.errors).toEqual([]);
     return doc.toJS();
@@ -396,6 +399,36 @@ describe('kustomize base (deploy/kubernetes)', async () => {
 
   it('brings no Redis of its own', () => {
     expect(ofKind(objects, 'StatefulSet')).toEqual([]);
+  });
+
+  it("names the image apart for the dispatcher and the gateway: an overlay moves the dispatchers' first", async () => {
+    const imageOf = (all: J[], name: string) =>
+      workload(all, name).w.spec.template.spec.containers[0].image;
+    expect([imageOf(objects, 'sluice-dispatcher'), imageOf(objects, 'sluice-gateway')]).toEqual([
+      'sluice:dev',
+      'sluice:dev',
+    ]);
+    const overlay = await mkdtemp(join(tmpdir(), 'sluice-overlay-'));
+    try {
+      await writeFile(
+        join(overlay, 'kustomization.yaml'),
+        [
+          // Kustomize takes a base by a relative path only.
+          'resources: [' + JSON.stringify(relative(overlay, path('deploy/kubernetes/base'))) + ']',
+          'images:',
+          '  - { name: sluice-dispatcher, newName: registry.example/sluice, newTag: "2" }',
+          '  - { name: sluice-gateway, newName: sluice, newTag: dev }',
+          '',
+        ].join('\n'),
+      );
+      const moved = await render(overlay);
+      expect([imageOf(moved, 'sluice-dispatcher'), imageOf(moved, 'sluice-gateway')]).toEqual([
+        'registry.example/sluice:2',
+        'sluice:dev',
+      ]);
+    } finally {
+      await rm(overlay, { recursive: true, force: true });
+    }
   });
 
   it('uses a schema validator that rejects a broken object', () => {
