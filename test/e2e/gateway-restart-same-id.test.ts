@@ -53,13 +53,15 @@ describe('a gateway restarted under the same SLUICE_REPLICA_ID', () => {
     try {
       await untilReady(doomed);
       const deadId = await replicaOf(doomed);
-      // The one slot runs a long stream; three non-streamed requests queue behind it.
+      // The one slot runs a long stream; three non-streamed requests queue behind it, each as
+      // long: one that is not cancelled never ends, however slow the machine (a shorter one
+      // could end before a loaded dispatcher sees its client gone).
       const long = await streamStarted(
         await chat(doomed.url, 'long', { stream: true, max_tokens: 100_000, ignore_eos: true }),
       );
       void long.rest.catch(() => {});
       const orphans = [0, 1, 2].map((i) =>
-        chat(doomed.url, `orphan ${i}`, { max_tokens: 400, ignore_eos: true }).catch(() => {}),
+        chat(doomed.url, `orphan ${i}`, { max_tokens: 100_000, ignore_eos: true }).catch(() => {}),
       );
       await eventually(
         async () => ((await queuedJobs(client)) === 3 ? true : undefined),
