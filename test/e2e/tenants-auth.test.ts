@@ -5,7 +5,9 @@
 // operations paths stay open, `/metrics` moves to GATEWAY_METRICS_PORT; and no process logs a
 // key, a prompt or a completion, even at LOG_LEVEL=trace.
 import { createHash } from 'node:crypto';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -27,6 +29,7 @@ const ENGINE_KEY = 'engine-secret';
 const BACKEND_KEY = 'backend-secret-5d21';
 // Text that exists only in this test's requests, and so may appear in no log line.
 const MARKER = 'PROMPT-MARKER-4b1f8e0c-tenants';
+const MAX_BODY_BYTES = 1_048_576;
 
 let redis: TestRedis;
 let engine: TestEngineSim;
@@ -72,7 +75,11 @@ beforeAll(async () => {
   );
   const env = { ...trace, REDIS_URL: redis.url, SLUICE_CONFIG: config };
   dispatcher = await startDispatcher(env);
-  gateway = await startGateway({ ...env, GATEWAY_METRICS_PORT: '0' });
+  gateway = await startGateway({
+    ...env,
+    GATEWAY_METRICS_PORT: '0',
+    MAX_BODY_BYTES: String(MAX_BODY_BYTES),
+  });
   metricsUrl = (await gateway.process.waitForLine(/"metricsUrl":"([^"]+)"/))[1]!;
   await untilReady(gateway);
 }, 60_000);
@@ -144,6 +151,49 @@ describe('API keys at the gateway', () => {
     // Nothing was sent on: neither engine saw a request, not even one it refused.
     expect(await Promise.all([engineCounts(engine), engineCounts(backend)])).toEqual(before);
     expect(await invalidKeyRefusals()).toBe(rejectedBefore + refused.length);
+  });
+
+  it('cuts the connection of a 401 whose body keeps coming once MAX_BODY_BYTES of it are dropped', async () => {
+    const { port } = new URL(gateway.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    await once(socket, 'connect');
+    // Not `once`, which rejects on the EPIPE that comes first.
+    const closed = new Promise((resolve) => socket.once('close', resolve));
+    socket.on('error', () => {});
+    let head = '';
+    socket.on('data', (chunk: Buffer) => (head += chunk.toString('latin1')));
+    // 100 GB declared; the client keeps sending until the gateway closes.
+    socket.write(
+      'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n' +
+        'content-length: 100000000000\r\n\r\n',
+    );
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    const pump = async () => {
+      for (; !socket.destroyed && socket.writable; sent += chunk.length)
+        // EPIPE once the gateway has closed: `once` rejects on 'error', and the loop ends.
+        if (!socket.write(chunk))
+          await Promise.race([once(socket, 'drain').catch(() => {}), closed]);
+    };
+    await Promise.all([pump(), closed]);
+    // The answer came first, whole; then the body was dropped up to the bound (plus what the
+    // sockets' buffers hold) and the connection cut, where Node would read all 100 GB.
+    expect(head).toMatch(/^HTTP\/1\.1 401 /);
+    expect(sent).toBeLessThan(MAX_BODY_BYTES + 32 * 1024 * 1024);
+  });
+
+  it('answers a URL that does not decode as every refusal, in the OpenAI error shape', async () => {
+    const res = await answer(
+      fetch(`${gateway.url}/v1/chat/completions%ZZ`, {
+        method: 'POST',
+        headers: bearer(ALPHA_KEY),
+      }),
+    );
+    expect([res.status, res.reason]).toEqual([400, 'bad_request']);
+    expect(JSON.parse(res.body).error).toMatchObject({
+      code: 'bad_request',
+      message: expect.stringMatching(/^malformed URL "\/v1\/chat\/completions%ZZ"/),
+    });
   });
 
   it("serves valid keys (plain and by digest): the engine got its own key, not the client's", async () => {

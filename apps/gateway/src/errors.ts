@@ -2,9 +2,9 @@
 // shape: errors that reach Fastify's error handler, unknown routes and methods, and the
 // errors Node's HTTP parser answers before Fastify sees a request (431, 408, malformed HTTP).
 // Only a bug answers 500.
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { UNKNOWN_MODEL } from './labels.js';
 import { refusal, refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 
@@ -65,7 +65,59 @@ export function refusalForClientError(
   return refusal('bad_request', `malformed HTTP request (${error.code ?? error.message})`);
 }
 
+/**
+ * True when the request declared a body that has not all arrived: an answer given before it
+ * was read (a 401 from the key check, a refusal before the body, a route that reads none).
+ */
+export function bodyLeftUnread(req: IncomingMessage): boolean {
+  if (req.complete) return false;
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/**
+ * After an answer given before the request's body was read, Node would read the rest and drop
+ * it to keep the connection alive, with no size bound and for up to
+ * GATEWAY_REQUEST_TIMEOUT_SECONDS: a client without a key could stream gigabytes into the
+ * gateway. The rest is dropped only up to `maxBytes` (MAX_BODY_BYTES, what a request with a
+ * key may send), then the connection is cut. Not cut at once: the client is still sending,
+ * and a socket closed with bytes unread sends a reset that can take the answer with it, so an
+ * honest client with a wrong key would see a reset instead of its 401.
+ */
+export function boundUnreadBody(req: IncomingMessage, maxBytes: number): void {
+  let dropped = 0;
+  const count = (chunk: Buffer) => {
+    dropped += chunk.length;
+    if (dropped > maxBytes) req.socket.destroy();
+  };
+  req.on('data', count);
+  req.once('end', () => req.off('data', count));
+}
+
+/**
+ * Fastify's `frameworkErrors`: a request Fastify refuses before routing (a URL that does not
+ * decode, `FST_ERR_BAD_URL`) is answered as every other refusal, not in Fastify's own shape.
+ */
+export function frameworkErrorHandler(
+  refuse: (reply: FastifyReply, r: Refusal) => FastifyReply,
+): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return (error, request, reply) => {
+    const path = request.url.split('?', 1)[0]!;
+    const r =
+      error.code === 'FST_ERR_BAD_URL'
+        ? refusal('bad_request', `malformed URL ${quote(path)}: a %-escape does not decode`)
+        : refusal('bad_request', `malformed request (${error.code})`);
+    refuse(reply, r);
+  };
+}
+
 export function installErrorHandlers(app: FastifyInstance, opts: EdgeErrorOptions): void {
+  // Before the answer goes out: once it has, Node dumps the unread rest itself, and a dumped
+  // request emits none of it. Reading it here keeps Node from dumping it (it is consumed).
+  app.addHook('onSend', (request, _reply, payload, done) => {
+    if (bodyLeftUnread(request.raw)) boundUnreadBody(request.raw, opts.maxBodyBytes);
+    done(null, payload);
+  });
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const r = refusalForError(error, request.headers['content-type'], opts);
     if (r) return opts.refuse(reply, UNKNOWN_MODEL, r);

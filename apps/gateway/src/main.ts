@@ -27,7 +27,7 @@ import { cancelPublisher } from './cancels.js';
 import { installCors } from './cors.js';
 import { discoverModels, ModelFollower } from './discovery.js';
 import { MODEL_CARDS_REFRESH_MS, ModelCards } from './model-cards.js';
-import { clientErrorHandler, installErrorHandlers } from './errors.js';
+import { clientErrorHandler, frameworkErrorHandler, installErrorHandlers } from './errors.js';
 import { DrainingConnections } from './drain.js';
 import { HeldClients } from './held-clients.js';
 import { heldHooks, type HeldHooksDeps } from './held-hooks.js';
@@ -104,6 +104,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       // Node checks the two timeouts on this period (30 s by default, longer than the timeout).
       connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(requestTimeoutMs / 2))),
     },
+    frameworkErrors: frameworkErrorHandler((reply, r) => refuse(reply, UNKNOWN_MODEL, r)),
     clientErrorHandler: clientErrorHandler({
       onRefused: onClientRefused,
       requestTimeoutSeconds: limits.requestTimeoutSeconds,
