@@ -162,7 +162,10 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     loaded.replica.ttlMs,
     (err) => log.warn({ err }, 'replica heartbeat failed'),
   );
-  const passthrough = new Passthrough(loaded.tenants !== undefined, loaded.engine);
+  const passthrough = new Passthrough(loaded.tenants !== undefined, {
+    ...loaded.engine,
+    slowClientStallMs: limits.slowClientStallSeconds * 1000,
+  });
 
   const held = new HeldClients({
     replies,

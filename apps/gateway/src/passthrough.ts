@@ -99,12 +99,20 @@ export interface PassthroughTimeouts {
   headersTimeoutMs: number;
   /** Longest gap between two body chunks after the first. */
   bodyTimeoutMs: number;
+  /**
+   * Longest a client may take nothing of the answer (SLUICE_SLOW_CLIENT_STALL_SECONDS): past
+   * it the client is cut and the backend's request ended, as for a gated answer. Without it,
+   * a client that stops reading would hold the backend's work (its KV cache, for a vLLM) and
+   * both sockets' buffers for as long as it kept the connection open.
+   */
+  slowClientStallMs?: number;
 }
 
 /** The defaults of ENGINE_HEADERS_TIMEOUT_MS and ENGINE_BODY_TIMEOUT_MS (libs/config). */
 export const defaultPassthroughTimeouts: PassthroughTimeouts = {
   headersTimeoutMs: 900_000,
   bodyTimeoutMs: 300_000,
+  slowClientStallMs: 30_000,
 };
 
 export class Passthrough {
@@ -196,9 +204,26 @@ export class Passthrough {
             events = new SseEvents(MAX_HELD_EVENT_BYTES);
           res.writeHead(upstream.statusCode, out);
           silence.head(baseUrl);
-          await relay(upstream.body, res, events, controller.signal, silence);
+          const stallMs =
+            this.timeouts.slowClientStallMs ?? defaultPassthroughTimeouts.slowClientStallMs!;
+          const stalled = () =>
+            cut(
+              refusal(
+                'slow_client',
+                `client read nothing for ${stallMs / 1000} s (SLUICE_SLOW_CLIENT_STALL_SECONDS)`,
+              ),
+            );
+          await relay(upstream.body, res, events, controller.signal, silence, {
+            stallMs,
+            stalled,
+          });
           return { status: upstream.statusCode };
         } catch (err) {
+          // A client that reads nothing cannot read an error either: its connection ends.
+          if (cutBy?.reason === 'slow_client') {
+            res.destroy();
+            return { status: cutBy.status, reason: cutBy.reason };
+          }
           if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
           if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
           if (!res.headersSent) {
@@ -266,15 +291,21 @@ async function relay(
   events: SseEvents | undefined,
   signal: AbortSignal,
   silence: BodySilence,
+  stall: { stallMs: number; stalled: () => void },
 ): Promise<void> {
   for await (const chunk of body) {
     silence.chunk();
     const out = events ? events.complete(chunk) : chunk;
     if (out && !res.write(out)) {
       // The client is slow, not the backend: undici's body timer did not run while its
-      // reader was paused either.
+      // reader was paused either. The client's own wait is bounded instead.
       silence.stop();
-      await once(res, 'drain', { signal });
+      const timer = setTimeout(stall.stalled, stall.stallMs);
+      try {
+        await once(res, 'drain', { signal });
+      } finally {
+        clearTimeout(timer);
+      }
       silence.chunk();
     }
   }

@@ -20,6 +20,12 @@ let edgeUrl: string;
 const passthrough = new Passthrough(false);
 /** Short time-outs: 2 s to the first byte after the head, 0.1 s between chunks after it. */
 const impatient = new Passthrough(false, { headersTimeoutMs: 2000, bodyTimeoutMs: 100 });
+/** A client that takes nothing for 0.2 s is cut. */
+const stallShort = new Passthrough(false, {
+  headersTimeoutMs: 900_000,
+  bodyTimeoutMs: 300_000,
+  slowClientStallMs: 200,
+});
 /** The one the client-facing server forwards with. */
 let forwarder = passthrough;
 /** Headers the backend got, per request. */
@@ -31,7 +37,7 @@ const backendClosed: Promise<unknown>[] = [];
  * 'prefill' (a stream's head, then nothing: a prefill that never ends); 'slow-first' (a
  * stream's head, its first event after a prefill of half a second, then nothing).
  */
-let backendAnswer: number | 'hang' | 'prefill' | 'slow-first' = 200;
+let backendAnswer: number | 'hang' | 'prefill' | 'slow-first' | 'flood' = 200;
 let answered: Promise<PassthroughAnswer> | undefined;
 
 const listen = async (server: Server) => {
@@ -43,8 +49,20 @@ const listen = async (server: Server) => {
 beforeAll(async () => {
   backend = createServer((req, res) => {
     received.push(req.headers);
-    backendClosed.push(once(req.socket, 'close'));
+    // Not `once`, which rejects on the reset an aborted request's socket may see first.
+    backendClosed.push(new Promise((resolve) => req.socket.once('close', resolve)));
     req.resume();
+    if (backendAnswer === 'flood') {
+      // An endless stream, written as fast as the gateway takes it.
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const event = Buffer.from(`data: ${'x'.repeat(16 * 1024)}\n\n`);
+      const more = () => {
+        while (!res.destroyed && res.write(event));
+        if (!res.destroyed) res.once('drain', more);
+      };
+      more();
+      return;
+    }
     if (backendAnswer === 'hang') {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: first\n\n');
@@ -92,6 +110,7 @@ afterAll(async () => {
   edge.closeAllConnections();
   await passthrough.close();
   await impatient.close();
+  await stallShort.close();
   backend.close();
   edge.close();
 });
@@ -144,6 +163,21 @@ describe('pass-through', () => {
     await reader.read();
     controller.abort();
     expect(await answered).toEqual({ status: 499, reason: 'cancelled' });
+  });
+
+  it("cuts a client that stops reading past the stall limit as slow_client, and ends the backend's request", async () => {
+    backendAnswer = 'flood';
+    forwarder = stallShort;
+    try {
+      const res = await fetch(`${edgeUrl}/`, { method: 'POST', body: '{}' });
+      expect(res.status).toBe(200);
+      // The head read, the body never: the sockets fill and the gateway's writes wait.
+      expect(await answered).toEqual({ status: 499, reason: 'slow_client' });
+      await backendClosed.at(-1);
+      await res.body?.cancel().catch(() => {});
+    } finally {
+      forwarder = passthrough;
+    }
   });
 
   it("ends a stream whose first byte does not come within the headers time-out of its head in-band with engine_timeout, and closes the backend's connection", async () => {
