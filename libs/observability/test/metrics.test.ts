@@ -63,7 +63,8 @@ describe('metric definitions', () => {
       ['b', false],
       ['c', undefined],
     ];
-    gatewayMetrics(registry, { poolLeaders: async () => leaders });
+    let redisUp = true;
+    gatewayMetrics(registry, { poolLeaders: async () => leaders, redisUp: () => redisUp });
     const read = async () =>
       ((await registry.getSingleMetric('sluice_pool_has_leader')!.get()).values ?? []).map((v) => [
         v.labels['pool'],
@@ -79,5 +80,10 @@ describe('metric definitions', () => {
       ['b', true],
     ];
     expect(await read()).toEqual([['b', 1]]);
+    // sluice_redis_up is read at each scrape too, and stays through an outage.
+    const redis = async () => (await registry.getSingleMetric('sluice_redis_up')!.get()).values;
+    expect((await redis()).map((v) => v.value)).toEqual([1]);
+    redisUp = false;
+    expect((await redis()).map((v) => v.value)).toEqual([0]);
   });
 });
