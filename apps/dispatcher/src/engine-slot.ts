@@ -1,7 +1,13 @@
 // One engine of a pool as the dispatcher sees it: its client, what its scrapes say, and the
 // counters the gate and the prefill rules read. The in-flight counts are changed only by the
 // ledger (ledger.ts); this module turns the engine's scrapes into gauges and metrics.
-import { bypassTraffic, type GatePolicy, type PrefillView } from '@sluice/admission';
+import {
+  bypassTraffic,
+  gaugesFrozen,
+  unchangedSince,
+  type GatePolicy,
+  type PrefillView,
+} from '@sluice/admission';
 import type { EngineConfig } from '@sluice/config';
 import {
   createEngineObserver,
@@ -30,6 +36,12 @@ export interface EngineSlot extends PrefillView, PrefillCounters {
   reportedMaxNumSeqs?: number;
   /** The engine's prefill histogram sums at the previous scrape. */
   prefillTotals?: VllmState['prefillTotals'];
+  /**
+   * The run of identical scrapes (`gauges.unchangedSince`) in which the gauges were found
+   * frozen, while it lasts: the warning is logged once per run, and
+   * `sluice_engine_gauges_frozen` is 1 until a scrape reads something else.
+   */
+  frozenSince?: number;
 }
 
 export function createEngineSlot(
@@ -80,7 +92,11 @@ export interface ObservationDeps {
   metrics: DispatcherMetrics;
   policy: GatePolicy;
   prefillRate: PrefillRate;
-  log: { warn(o: object, m: string): void; error(o: object, m: string): void };
+  log: {
+    info(o: object, m: string): void;
+    warn(o: object, m: string): void;
+    error(o: object, m: string): void;
+  };
   /** The engine's cap changed (it follows the engine's own --max-num-seqs). */
   capChanged: () => void;
   /** Something the gate reads changed. */
@@ -108,12 +124,19 @@ export function observeEngine(
     // Counting just those errs toward too much bypass traffic (holding back), never too
     // little: a job released during the scrape, or still in the runner's own checks, is not
     // taken for one the engine counted.
-    engine.gauges = {
+    const reading = {
       running: state.vllm.running,
       waiting: state.vllm.waiting,
       kvUsage: state.vllm.kvUsage,
       at: state.scrapedAt,
+      ...(state.vllm.steps === undefined ? {} : { steps: state.vllm.steps }),
+    };
+    engine.gauges = {
+      ...reading,
       inflightAtScrape: deps.onEngineBy(engine, state.scrapeSentAt ?? state.scrapedAt),
+      // Since when the engine has shown no progress (libs/admission frozen.ts): the gate counts
+      // gauges unchanged that long as frozen, and lets one probe through.
+      unchangedSince: unchangedSince(engine.gauges, reading),
     };
     // A request runs on one data-parallel rank, so it has to fit there, not in the sum.
     scraped(engine, state.vllm.kvRankCapacityTokens);
@@ -124,6 +147,7 @@ export function observeEngine(
     metrics.engineBypass.set(labels, bypassTraffic(engine.gauges));
     metrics.engineLastScrape.set(labels, state.scrapedAt / 1000);
     checkMaxNumSeqs(deps, engine, state.vllm.maxNumSeqs);
+    checkFrozen(deps, engine, engine.gauges);
   }
   metrics.engineUp.set(labels, state.health === 'healthy' ? 1 : 0);
   if (previous && state.staleTransitions > previous.staleTransitions) {
@@ -168,6 +192,43 @@ function samplePrefillRate(
     totals.excludesCached,
   );
   setPrefillRate(deps.metrics, deps.pool, deps.prefillRate);
+}
+
+/**
+ * Frozen gauges (libs/admission gate.ts): once a scrape finds them frozen, say so once for the
+ * run of identical scrapes, and keep `sluice_engine_gauges_frozen` at 1 until a scrape reads
+ * something else. Found at a scrape, with the scrape's time: the rule reads nothing else that
+ * time changes, and the in-flight count it needs at 0 is the one the gate will see too unless a
+ * release or completion comes first.
+ */
+function checkFrozen(
+  deps: ObservationDeps,
+  engine: EngineSlot,
+  gauges: NonNullable<EngineSlot['gauges']>,
+): void {
+  const labels = { pool: deps.pool, engine: engine.name };
+  if (engine.frozenSince !== undefined && engine.frozenSince !== gauges.unchangedSince) {
+    engine.frozenSince = undefined;
+    deps.metrics.engineGaugesFrozen.set(labels, 0);
+    deps.log.info(
+      { ...labels, running: gauges.running, waiting: gauges.waiting, kvUsage: gauges.kvUsage },
+      'engine gauges moved again: normal gating',
+    );
+  }
+  if (engine.frozenSince !== undefined || !gaugesFrozen(engine, deps.policy, gauges.at)) return;
+  engine.frozenSince = gauges.unchangedSince;
+  deps.metrics.engineGaugesFrozen.set(labels, 1);
+  deps.log.warn(
+    {
+      ...labels,
+      running: gauges.running,
+      waiting: gauges.waiting,
+      kvUsage: gauges.kvUsage,
+      steps: gauges.steps,
+      unchangedForMs: gauges.at - (gauges.unchangedSince ?? gauges.at),
+    },
+    'engine gauges frozen: they close the gate, Sluice has nothing in flight there and the engine has shown no progress (vLLM stops refreshing them when all its requests are aborted at once); the gate lets one probe request through to make it step',
+  );
 }
 
 /**

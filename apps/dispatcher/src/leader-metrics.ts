@@ -26,6 +26,7 @@ export const LEADER_ONLY_METRICS = [
   'engineWaiting',
   'engineKvUsage',
   'engineBypass',
+  'engineGaugesFrozen',
   'engineUp',
   'engineLastScrape',
   'observerDegraded',

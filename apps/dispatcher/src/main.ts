@@ -222,6 +222,9 @@ export async function startDispatcher(config: SluiceConfig): Promise<Dispatcher>
             failMode: config.admission.failMode,
             // Gauges older than the observer's stale window count as stale even before it flips.
             maxGaugeAgeMs: config.engine.scrapeIntervalMs * (config.engine.staleAfterFailures + 1),
+            // Unchanged this long (step counter included), gauges that close the gate count as
+            // frozen, and one probe request goes (libs/admission gate.ts, docs/broker.md).
+            frozenAfterMs: config.admission.frozenGaugesSeconds * 1000,
           },
           scrape: {
             intervalMs: config.engine.scrapeIntervalMs,

@@ -1,7 +1,12 @@
 // An engine's scrape as the dispatcher takes it in: what the prefill rules then read from the
 // slot. Worked on a two-rank data-parallel vLLM server, whose ranks the API server fills by
 // queue length, not by free KV.
-import { releaseDecision, type GatePolicy, type LongPromptPolicy } from '@sluice/admission';
+import {
+  gateDecision,
+  releaseDecision,
+  type GatePolicy,
+  type LongPromptPolicy,
+} from '@sluice/admission';
 import type { EngineConfig } from '@sluice/config';
 import { parseExposition, readVllmState, type ObservedEngine } from '@sluice/engine-metrics';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
@@ -46,7 +51,7 @@ function twoHalfFullRanks(): ObservedEngine {
 function observedSlot(
   state: ObservedEngine,
   cap: Pick<EngineConfig, 'maxInflight' | 'capSource'> = { maxInflight: 8, capSource: 'config' },
-  log: ObservationDeps['log'] = { warn: () => {}, error: () => {} },
+  log: ObservationDeps['log'] = { info: () => {}, warn: () => {}, error: () => {} },
   capChanged: () => void = () => {},
 ) {
   const engine = createEngineSlot(
@@ -99,6 +104,7 @@ describe("the cap and the engine's own max_num_seqs", () => {
     return {
       lines,
       log: {
+        info: (_o: object, m: string) => void lines.push(`info: ${m}`),
         warn: (_o: object, m: string) => void lines.push(`warn: ${m}`),
         error: (_o: object, m: string) => void lines.push(`error: ${m}`),
       },
@@ -280,7 +286,7 @@ describe("the engine's own prefill rate, with prefix caching", () => {
       metrics: dispatcherMetrics(new Registry()),
       policy: gate,
       prefillRate: rate,
-      log: { warn: () => {}, error: () => {} },
+      log: { info: () => {}, warn: () => {}, error: () => {} },
       capChanged: () => {},
       changed: () => {},
       onEngineBy: () => 0,
@@ -329,7 +335,7 @@ describe("the engine's own prefill rate, with prefix caching", () => {
       metrics: dispatcherMetrics(new Registry()),
       policy: gate,
       prefillRate: rate,
-      log: { warn: () => {}, error: () => {} },
+      log: { info: () => {}, warn: () => {}, error: () => {} },
       capChanged: () => {},
       changed: () => {},
       onEngineBy: () => 0,
@@ -339,5 +345,163 @@ describe("the engine's own prefill rate, with prefix caching", () => {
     observeEngine(deps, engine, vllmScrape([...earlier, ...since], NOW + 3000, true));
     expect(rate.engineValue).toBeCloseTo(86_016 / 254, 6);
     expect(rate.current).toBeCloseTo(86_016 / 254, 6);
+  });
+});
+
+/** One scrape of a one-rank engine reading these gauges and this step counter, at `at`. */
+function reading(
+  at: number,
+  { running = 4, waiting = 0, kv = 0.3, steps = 120 as number | undefined } = {},
+): ObservedEngine {
+  const lines = [
+    `vllm:num_requests_running{engine="0",model_name="m"} ${running}`,
+    `vllm:num_requests_waiting{engine="0",model_name="m"} ${waiting}`,
+    `vllm:kv_cache_usage_perc{engine="0",model_name="m"} ${kv}`,
+    ...(steps === undefined ? [] : [`vllm:iteration_tokens_total_count{engine="0"} ${steps}`]),
+  ];
+  return {
+    name: 'e',
+    health: 'healthy',
+    vllm: readVllmState(parseExposition(lines.join('\n'))),
+    scrapedAt: at,
+    scrapeSentAt: at - 5,
+    consecutiveFailures: 0,
+    degraded: false,
+    staleTransitions: 0,
+  };
+}
+
+describe('frozen gauges: since when the engine has shown no progress', () => {
+  const frozenGate: GatePolicy = { ...gate, frozenAfterMs: 1000 };
+
+  function observing(policy: GatePolicy = frozenGate) {
+    const lines: string[] = [];
+    const metrics = dispatcherMetrics(new Registry());
+    const engine = createEngineSlot(
+      { name: 'e', url: 'http://127.0.0.1:9', maxInflight: 4, capSource: 'config', lane: 'any' },
+      {
+        timeouts: { headersTimeoutMs: 1000, bodyTimeoutMs: 1000 },
+        scrape: { intervalMs: 250, staleAfterFailures: 3 },
+        now: () => NOW,
+      },
+    );
+    const deps: ObservationDeps = {
+      pool: 'p',
+      metrics,
+      policy,
+      prefillRate: new PrefillRate(),
+      log: {
+        info: (_o: object, m: string) => void lines.push(`info: ${m}`),
+        warn: (_o: object, m: string) => void lines.push(`warn: ${m}`),
+        error: (_o: object, m: string) => void lines.push(`error: ${m}`),
+      },
+      capChanged: () => {},
+      changed: () => {},
+      onEngineBy: (e) => e.inflight,
+    };
+    const frozenMetric = async () =>
+      (await metrics.engineGaugesFrozen.get()).values.find((v) => v.labels['engine'] === 'e')
+        ?.value;
+    return {
+      engine,
+      lines,
+      frozenMetric,
+      scrape: (state: ObservedEngine) => observeEngine(deps, engine, state),
+    };
+  }
+
+  it('keeps the start of a run of identical scrapes, and starts again at any change', () => {
+    const { engine, scrape } = observing();
+    scrape(reading(NOW));
+    expect(engine.gauges?.unchangedSince).toBe(NOW);
+    expect(engine.gauges?.steps).toBe(120);
+    scrape(reading(NOW + 250));
+    scrape(reading(NOW + 500));
+    expect(engine.gauges).toMatchObject({ at: NOW + 500, unchangedSince: NOW });
+    // Each of the four numbers breaks the run on its own.
+    scrape(reading(NOW + 750, { steps: 121 }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 750);
+    scrape(reading(NOW + 1000, { steps: 121, kv: 0.31 }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 1000);
+    scrape(reading(NOW + 1250, { steps: 121, kv: 0.31, waiting: 1 }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 1250);
+    scrape(reading(NOW + 1500, { steps: 121, kv: 0.31, waiting: 1, running: 3 }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 1500);
+    // An engine that stops exporting the counter reads differently too.
+    scrape(reading(NOW + 1750, { steps: undefined, kv: 0.31, waiting: 1, running: 3 }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 1750);
+  });
+
+  it('a repeated state of the same scrape (a failure after it) does not move anything', () => {
+    const { engine, scrape } = observing();
+    const first = reading(NOW);
+    scrape(first);
+    scrape(reading(NOW + 250));
+    scrape({ ...reading(NOW + 250), consecutiveFailures: 1, lastError: 'HTTP 500' });
+    expect(engine.gauges).toMatchObject({ at: NOW + 250, unchangedSince: NOW });
+  });
+
+  it('finds them frozen once the run spans the threshold with nothing of ours in flight: warned once, gauge 1, one probe', async () => {
+    const { engine, lines, frozenMetric, scrape } = observing();
+    // The engine still shows the four streams Sluice's clients just abandoned.
+    for (let t = 0; t < 1000; t += 250) scrape(reading(NOW + t));
+    expect(lines).toEqual([]);
+    expect(gateDecision(engine, frozenGate, NOW + 750)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+    scrape(reading(NOW + 1000));
+    expect(lines).toEqual([expect.stringMatching(/^warn: engine gauges frozen/)]);
+    expect(await frozenMetric()).toBe(1);
+    expect(gateDecision(engine, frozenGate, NOW + 1000)).toEqual({ admit: true });
+    // The probe is in flight: nothing else goes, and the episode is not said again.
+    engine.inflight = 1;
+    expect(gateDecision(engine, frozenGate, NOW + 1000)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+    scrape(reading(NOW + 1250));
+    scrape(reading(NOW + 1500));
+    expect(lines).toHaveLength(1);
+    expect(await frozenMetric()).toBe(1);
+    // The probe made the engine step: the gauges say what is there, and normal gating resumes.
+    scrape(reading(NOW + 1750, { running: 1, steps: 125 }));
+    expect(await frozenMetric()).toBe(0);
+    expect(lines).toEqual([
+      expect.stringMatching(/^warn: engine gauges frozen/),
+      'info: engine gauges moved again: normal gating',
+    ]);
+    expect(gateDecision(engine, frozenGate, NOW + 1750)).toEqual({ admit: true });
+  });
+
+  it('is not frozen while Sluice has something in flight there, nor with the threshold at 0', async () => {
+    const busy = observing();
+    busy.engine.inflight = 1;
+    for (let t = 0; t <= 3000; t += 250) busy.scrape(reading(NOW + t));
+    expect(busy.lines).toEqual([]);
+    expect(await busy.frozenMetric()).toBeUndefined();
+
+    const never = observing({ ...gate, frozenAfterMs: 0 });
+    for (let t = 0; t <= 3000; t += 250) never.scrape(reading(NOW + t));
+    expect(never.lines).toEqual([]);
+    expect(gateDecision(never.engine, { ...gate, frozenAfterMs: 0 }, NOW + 3000).admit).toBe(false);
+  });
+
+  it('an engine whose step counter moves is never frozen, however long its gauges stand still', () => {
+    const { engine, lines, scrape } = observing();
+    for (let t = 0; t <= 5000; t += 250) scrape(reading(NOW + t, { steps: 120 + t }));
+    expect(engine.gauges?.unchangedSince).toBe(NOW + 5000);
+    expect(lines).toEqual([]);
+    expect(gateDecision(engine, frozenGate, NOW + 5000)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+  });
+
+  it('gauges that leave the gate open are not frozen, however still', () => {
+    const { engine, lines, scrape } = observing();
+    for (let t = 0; t <= 3000; t += 250) scrape(reading(NOW + t, { running: 0 }));
+    expect(lines).toEqual([]);
+    expect(gateDecision(engine, frozenGate, NOW + 3000)).toEqual({ admit: true });
   });
 });

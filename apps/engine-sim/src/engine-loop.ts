@@ -33,6 +33,7 @@ export class EngineLoop {
   private timer: NodeJS.Timeout | undefined;
   private immediate: NodeJS.Immediate | undefined;
   private closed = false;
+  private held = false;
 
   constructor(
     readonly scheduler: Scheduler,
@@ -52,6 +53,25 @@ export class EngineLoop {
     return catchingUp ? this.cursor : Math.max(this.clock.now(), this.cursor);
   }
 
+  /** A step has started and not ended yet (its end is in the future, or it is held). */
+  get stepInFlight(): boolean {
+    return this.current !== undefined;
+  }
+
+  /**
+   * Holds the loop: the step in flight does not end, and no other starts, until `hold(false)`.
+   * A step slower than anything else (a long prefill chunk on slow hardware, a GPU hang) for
+   * the `holdStep` fault. The held step ends when released: it lasted that long.
+   */
+  hold(on: boolean): void {
+    this.held = on;
+    if (on || this.closed) return;
+    const step = this.current;
+    if (step) step.duration = Math.max(step.duration, this.clock.now() - step.start);
+    if (this.timer === undefined && this.immediate === undefined)
+      this.immediate = setImmediate(this.pump);
+  }
+
   /** Call after adding work to the scheduler. */
   wake(): void {
     if (this.closed || this.current || this.timer || this.immediate) return;
@@ -67,6 +87,7 @@ export class EngineLoop {
   private readonly pump = (): void => {
     this.timer = undefined;
     this.immediate = undefined;
+    if (this.held) return; // hold(false) pumps again
     if (this.current) {
       this.apply(this.current);
       this.current = undefined;

@@ -1,7 +1,13 @@
 // The simulated engine: scheduler + loop + the counters vLLM exports. One per process.
 import { createClock, EngineLoop, type SimClock } from './engine-loop.js';
 import { Histogram } from './exposition.js';
-import { Scheduler, Sequence, type FinishReason, type SequenceListener } from './scheduler.js';
+import {
+  Scheduler,
+  Sequence,
+  type FinishReason,
+  type SequenceListener,
+  type StepResult,
+} from './scheduler.js';
 import type { SimOptions } from './options.js';
 import { promptBlockHashes } from './prefix-hash.js';
 
@@ -46,6 +52,8 @@ export interface GenerationRequest {
   onFinish(reason: FinishReason): void;
   /** Prompt content for the prefix cache (see prefix-hash.ts); none: never a cache hit. */
   promptText?: string;
+  /** vLLM `cache_salt`: only requests with the same salt share cached blocks (prefix-hash.ts). */
+  cacheSalt?: string | undefined;
   /** vLLM `priority` (lower first under --scheduling-policy priority). */
   priority?: number;
 }
@@ -85,9 +93,13 @@ export class EngineStats {
    * Per step, as vllm/v1/metrics/loggers.py `record` does per iteration:
    * "self.histogram_iteration_tokens[engine_idx].observe(iteration_stats.num_prompt_tokens +
    * iteration_stats.num_generation_tokens)", where a request's prompt tokens count in the
-   * iteration that produced its first token (stats.py `update_from_output`).
+   * iteration that produced its first token (stats.py `update_from_output`). Only a step that
+   * produced output: the front end makes IterationStats "if (log_stats and num_outputs)"
+   * (vllm/v1/engine/async_llm.py), and a step that only advanced prefill chunks has none
+   * ("Invariant: EngineCore returns no partial prefill outputs", vllm/v1/core/sched/scheduler.py).
    */
   observeStep(promptTokens: number, generationTokens: number): void {
+    if (generationTokens === 0) return;
     this.iterationTokens.observe(promptTokens + generationTokens);
   }
 
@@ -133,20 +145,32 @@ interface Pending {
   request: GenerationRequest;
 }
 
+/** The scheduler gauges vLLM exports: `vllm:num_requests_running`, `_waiting`, KV usage. */
+export interface SchedulerGauges {
+  running: number;
+  waiting: number;
+  kvUsage: number;
+}
+
 export class Engine {
   readonly scheduler: Scheduler;
   readonly loop: EngineLoop;
   readonly clock: SimClock;
   readonly stats: EngineStats;
 
+  // A sequence aborted while a step ran (metricsPerStep) is no longer here: what that step
+  // still does for it reaches neither its client nor the stats, as vLLM's front end drops the
+  // outputs of a request it has aborted (vllm/v1/engine/output_processor.py).
   private readonly listener: SequenceListener = {
     onToken: (seq, at) => {
-      const pending = this.pending.get(seq)!;
+      const pending = this.pending.get(seq);
+      if (!pending) return;
       this.stats.observeToken(seq, at);
       pending.request.onToken(seq.generated - 1);
     },
     onFinish: (seq, at) => {
-      const pending = this.pending.get(seq)!;
+      const pending = this.pending.get(seq);
+      if (!pending) return;
       this.pending.delete(seq);
       this.stats.finished[seq.finishReason] += 1;
       this.stats.observeFinish(seq, at);
@@ -155,6 +179,10 @@ export class Engine {
   };
 
   private readonly pending = new Map<Sequence, Pending>();
+  /** Aborts that came while a step ran (metricsPerStep): applied once it has ended. */
+  private readonly abortsAfterStep: Sequence[] = [];
+  /** The gauges as of the end of the last step (metricsPerStep); vLLM starts at 0. */
+  private snapshot: SchedulerGauges = { running: 0, waiting: 0, kvUsage: 0 };
 
   constructor(readonly options: SimOptions) {
     this.stats = new EngineStats(options.maxModelLen);
@@ -165,8 +193,50 @@ export class Engine {
     });
     this.clock = createClock(options.timeScale);
     this.loop = new EngineLoop(this.scheduler, this.clock, options.timeScale, (result) =>
-      this.stats.observeStep(result.promptTokens, result.generationTokens),
+      this.stepEnded(result),
     );
+  }
+
+  /**
+   * The gauges as /metrics shows them. Live by default. With `metricsPerStep`, as vLLM v1 has
+   * them: `PrometheusStatLogger.record` sets them only from the scheduler stats a step returns
+   * (vllm/v1/metrics/loggers.py), made at the end of the step (`update_from_output`,
+   * vllm/v1/core/sched/scheduler.py), and `EngineCore.step` runs no step while the scheduler
+   * has no request (vllm/v1/engine/core.py). So after every request is aborted at once they
+   * stay as the last step left them (vllm-project/vllm#22545, #29928). The counters change only
+   * within steps here, as there.
+   */
+  publishedGauges(): SchedulerGauges {
+    if (this.options.metricsPerStep) return this.snapshot;
+    return this.liveGauges();
+  }
+
+  /** Aborts that wait for the step in flight to end (metricsPerStep). */
+  get abortsPending(): number {
+    return this.abortsAfterStep.length;
+  }
+
+  private liveGauges(): SchedulerGauges {
+    const { scheduler } = this;
+    return {
+      running: scheduler.running.length,
+      waiting: scheduler.numWaiting,
+      kvUsage: scheduler.kvUsage,
+    };
+  }
+
+  /**
+   * The end of a step: its stats, then (metricsPerStep) the snapshot, then the aborts that came
+   * meanwhile. vLLM's engine core takes aborts from its input queue between steps, after the
+   * step's stats are made (`run_busy_loop`, vllm/v1/engine/core.py), so the last step before a
+   * client left still counts its request.
+   */
+  private stepEnded(result: StepResult): void {
+    this.stats.observeStep(result.promptTokens, result.generationTokens);
+    if (!this.options.metricsPerStep) return;
+    this.snapshot = this.liveGauges();
+    for (const seq of this.abortsAfterStep.splice(0)) this.scheduler.abort(seq);
+    this.scheduler.abortsPending = 0;
   }
 
   submit(request: GenerationRequest): GenerationHandle {
@@ -181,7 +251,12 @@ export class Engine {
         priority: request.priority ?? 0,
         blockHashes:
           this.options.enablePrefixCaching && request.promptText !== undefined
-            ? promptBlockHashes(request.promptText, request.promptTokens, this.options.blockSize)
+            ? promptBlockHashes(
+                request.promptText,
+                request.promptTokens,
+                this.options.blockSize,
+                request.cacheSalt,
+              )
             : [],
       },
     );
@@ -191,6 +266,14 @@ export class Engine {
     return {
       sequence: seq,
       abort: () => {
+        if (!this.pending.has(seq)) return; // finished, or aborted already
+        if (this.options.metricsPerStep && this.loop.stepInFlight) {
+          this.pending.delete(seq);
+          this.stats.finished.abort += 1;
+          this.abortsAfterStep.push(seq);
+          this.scheduler.abortsPending = this.abortsAfterStep.length;
+          return;
+        }
         if (this.scheduler.abort(seq)) {
           this.pending.delete(seq);
           this.stats.finished.abort += 1;

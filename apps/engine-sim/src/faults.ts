@@ -10,6 +10,11 @@ export interface Faults {
   dropStreamAfterTokens: number | null;
   /** False: /health answers 503 and completion requests are refused, as while vLLM loads. */
   ready: boolean;
+  /**
+   * True: the step in progress does not end, and no other starts, until set back to false: a
+   * step slower than any threshold (a long prefill chunk on slow hardware, a GPU hang).
+   */
+  holdStep: boolean;
 }
 
 export const defaultFaults: Faults = {
@@ -18,6 +23,7 @@ export const defaultFaults: Faults = {
   errorRate: 0,
   dropStreamAfterTokens: null,
   ready: true,
+  holdStep: false,
 };
 
 const isNonNegative = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v >= 0;
@@ -34,6 +40,7 @@ const validators: { [K in keyof Faults]: [(v: unknown) => boolean, string] } = {
     'null or an integer >= 0',
   ],
   ready: [(v) => typeof v === 'boolean', 'a boolean'],
+  holdStep: [(v) => typeof v === 'boolean', 'a boolean'],
 };
 
 /** Applies a partial update; throws with the field and what is allowed on bad input. */

@@ -49,19 +49,21 @@ export function createMetricsRenderer(engine: Engine): MetricsRenderer {
   return {
     render() {
       const w = new ExpositionWriter(created);
+      // Live, or as of the last step's end with --metrics-per-step (Engine.publishedGauges).
+      const gauges = engine.publishedGauges();
       w.gauge(
         'vllm:num_requests_running',
         'Number of requests in model execution batches.',
         labels,
-        scheduler.running.length,
+        gauges.running,
       );
       w.gauge(
         'vllm:num_requests_waiting',
         'Number of requests waiting to be processed.',
         labels,
-        scheduler.numWaiting,
+        gauges.waiting,
       );
-      w.gauge(kvName, kvHelp, labels, scheduler.kvUsage);
+      w.gauge(kvName, kvHelp, labels, gauges.kvUsage);
       // loggers.py: "vllm:prefix_cache_queries" ("Prefix cache queries, in terms of number of
       // queried tokens.") and "vllm:prefix_cache_hits", counters.
       w.counter(

@@ -57,6 +57,12 @@ export interface SimRequest {
   promptText: string;
   /** vLLM's `priority` request field (default 0; lower is served first under `priority`). */
   priority: number;
+  /**
+   * vLLM's `cache_salt` (chat completions and completions): mixed into the hash of each prompt's
+   * first block (prefix-hash.ts), so only requests with the same salt share cached blocks.
+   * Undefined when absent or null.
+   */
+  cacheSalt: string | undefined;
 }
 
 export class SimRequestError extends Error {
@@ -86,6 +92,26 @@ function optionalPositiveInt(body: Json, field: string): number | undefined {
       400,
       `${field} must be a positive integer, got ${JSON.stringify(value)}`,
       field,
+    );
+  return value;
+}
+
+/**
+ * vLLM's `cache_salt`: absent or null is none; anything else must be a non-empty string
+ * ("Parameter 'cache_salt' must be a non-empty string if provided.", `check_cache_salt_support`
+ * on ChatCompletionRequest and CompletionRequest, vllm/entrypoints/openai/protocol.py; later
+ * `validate_cache_salt`, vllm/entrypoints/generate/base/protocol.py). The simulator is a V1
+ * engine, so it never answers V0's "not supported with this instance of vLLM, which uses engine
+ * V0." A duplicate key is JSON.parse's last, as Python's json keeps the last.
+ */
+function cacheSaltOf(body: Json): string | undefined {
+  const value = body['cache_salt'];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string' || value === '')
+    throw new SimRequestError(
+      400,
+      "Parameter 'cache_salt' must be a non-empty string if provided.",
+      'cache_salt',
     );
   return value;
 }
@@ -268,6 +294,7 @@ export function parseSimRequest(
       `Got priority ${priority} but Priority scheduling is not enabled.`,
       'priority',
     );
+  const cacheSalt = cacheSaltOf(body);
   const seedValue = body['seed'];
   if (seedValue !== undefined && seedValue !== null && !Number.isInteger(seedValue))
     throw new SimRequestError(400, 'seed must be an integer', 'seed');
@@ -315,5 +342,6 @@ export function parseSimRequest(
         : hash32(`${model}\u0000${promptText}\u0000${String(seed ?? '')}\u0000n=${n}`),
     promptText,
     priority,
+    cacheSalt,
   };
 }

@@ -22,6 +22,12 @@ export interface SimOptions extends EngineProfile {
   schedulingPolicy: 'fcfs' | 'priority';
   /** vLLM `--api-key` / `VLLM_API_KEY`: `/v1/*` requests need `Authorization: Bearer <key>`. */
   apiKey?: string;
+  /**
+   * Publish the gauges as vLLM v1 does: from a snapshot taken at the end of each step, so that
+   * an engine that runs no step (it holds no request) refreshes nothing, and an abort that comes
+   * during a step takes effect after it. Off: the gauges are read live.
+   */
+  metricsPerStep: boolean;
 }
 
 export class SimConfigError extends Error {
@@ -213,6 +219,13 @@ const specs: OptionSpec[] = [
     help: 'fcfs or priority (request field `priority`, lower first)',
   },
   {
+    flag: 'metrics-per-step',
+    env: 'SIM_METRICS_PER_STEP',
+    key: 'metricsPerStep',
+    kind: 'bool',
+    help: "publish running, waiting and KV usage as vLLM v1 does, from each step's end: after every request is aborted at once no step runs and they stay as they were (vllm#22545)",
+  },
+  {
     // vLLM's own flag and variable (vllm/entrypoints/openai/cli_args.py `--api-key`).
     flag: 'api-key',
     env: 'VLLM_API_KEY',
@@ -232,6 +245,7 @@ const serverDefaults = {
   firstChunkAdmission: false,
   enablePrefixCaching: true,
   schedulingPolicy: 'fcfs' as 'fcfs' | 'priority',
+  metricsPerStep: false,
 };
 
 function convert(spec: OptionSpec, raw: string, source: string): unknown {

@@ -63,6 +63,11 @@ export class Scheduler {
   prefixCacheHits = 0;
   /** Highest running + waiting ever held, so tests can prove a cap held. */
   peakRequests = 0;
+  /**
+   * Sequences whose abort waits for the step in flight to end (the engine's metricsPerStep):
+   * their clients are gone, so they do not count toward `peakRequests` beside a newer arrival.
+   */
+  abortsPending = 0;
   peakRunning = 0;
   private readonly cost: CostConfig;
   private readonly threshold: number;
@@ -105,7 +110,10 @@ export class Scheduler {
 
   add(seq: Sequence): void {
     this.queue.add(seq);
-    this.peakRequests = Math.max(this.peakRequests, this.running.length + this.queue.length);
+    this.peakRequests = Math.max(
+      this.peakRequests,
+      this.running.length + this.queue.length - this.abortsPending,
+    );
   }
 
   /** Removes a sequence wherever it is and frees its blocks. False when it was already done. */

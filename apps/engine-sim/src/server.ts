@@ -203,6 +203,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
               : `${child.choice.choiceIndex}_${writer.id}-${child.choice.promptIndex}`,
           promptTokens: child.choice.promptTokens,
           promptText: child.choice.promptText,
+          cacheSalt: req.cacheSalt,
           priority: req.priority,
           outputTokens: child.plan.outputTokens,
           finishReason: child.plan.finishReason,
@@ -329,6 +330,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
     preemptions: engine.scheduler.preemptions,
     peakRequests: engine.scheduler.peakRequests,
     peakRunning: engine.scheduler.peakRunning,
+    // --metrics-per-step: aborts that wait for the step in flight to end.
+    abortsPending: engine.abortsPending,
+    metricsPerStep: options.metricsPerStep,
     receivedTotal,
     receivedSequencesTotal,
     unauthorizedTotal,
@@ -345,7 +349,9 @@ export function createEngineSim(options: SimOptions): EngineSim {
 
   app.put('/sim/faults', async (request, reply) => {
     try {
+      const held = faults.holdStep;
       faults = patchFaults(faults, request.body);
+      if (faults.holdStep !== held) engine.loop.hold(faults.holdStep);
       return faults;
     } catch (err) {
       return reply

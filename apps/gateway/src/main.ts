@@ -23,6 +23,7 @@ import {
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
+import { cacheSaltsFor } from './cache-salt.js';
 import { cancelPublisher } from './cancels.js';
 import { installCors } from './cors.js';
 import { discoverModels, ModelFollower } from './discovery.js';
@@ -233,6 +234,8 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     admit: (kind) => held.admit(kind),
     refuse,
     ended,
+    // Once per tenant, here at start-up: each tenant's vLLM cache_salt (cache-salt.ts).
+    cacheSalts: cacheSaltsFor(loaded),
   });
   const cards = new ModelCards();
   await app.register(opsRoutes, {

@@ -15,6 +15,23 @@
 // the CURRENT in-flight count, so the dispatcher's own releases and completions since the
 // scrape are exact; only the bypass estimate lags, by up to one scrape interval (see the
 // README for the direction of the error).
+//
+// Frozen gauges. vLLM v1 sets its gauges only from the scheduler stats of an engine step
+// (`PrometheusStatLogger.record`, vllm/v1/metrics/loggers.py; `SchedulerStats`,
+// vllm/v1/metrics/stats.py), and runs no step while its scheduler holds no request
+// (`EngineCore.step` returns `{}` when `not self.scheduler.has_requests()`,
+// vllm/v1/engine/core.py). When every request on an engine is aborted at once, the gauges
+// keep their last values (vllm-project/vllm#22545, #29928): an empty engine that reads full.
+// Sluice aborts requests itself (a client that leaves), and then conditions 2 and 3 would
+// close the gate for good: nothing is released, so the engine never steps and the gauges
+// never refresh. So where the gauges would close the gate while this dispatcher has nothing
+// in flight on the engine, and neither they nor the engine's step counter changed over
+// scrapes spanning `policy.frozenAfterMs`, they count as frozen and one engine request goes
+// as a probe, whatever they say (condition 1 still holds). It makes the engine step, which
+// refreshes the gauges; with it in flight the normal conditions apply again, so a probe never
+// joins anything else of ours there. The threshold is what tells a frozen engine from one in
+// a very long step (a long prefill chunk on slow hardware): an engine that outside traffic
+// keeps full, and that takes one step longer than it, gets one request over its cap.
 
 export type GateReason =
   /** The dispatcher's own in-flight count is at the cap. Never relaxes. */
@@ -41,6 +58,18 @@ export interface EngineGauges {
    * broker's own requests are not counted twice.
    */
   inflightAtScrape: number;
+  /**
+   * The engine's step counter at the scrape (`vllm:iteration_tokens_total`'s count, which moves
+   * on every step that sampled a token), when the engine exports it.
+   */
+  steps?: number;
+  /**
+   * Unix ms of the first scrape of the unbroken run of scrapes, ending with this one, that all
+   * read the same running, waiting, KV usage and step counter (`unchangedSince` in frozen.ts).
+   * `at - unchangedSince` is how long the engine is known to have shown no progress. Absent:
+   * not tracked, and the gauges never count as frozen.
+   */
+  unchangedSince?: number;
 }
 
 export type EngineHealth = 'unknown' | 'healthy' | 'stale';
@@ -70,6 +99,13 @@ export interface GatePolicy {
   failMode: 'open' | 'closed';
   /** Gauges older than this count as stale even if the observer has not flipped yet. */
   maxGaugeAgeMs: number;
+  /**
+   * ADMISSION_FROZEN_GAUGES_SECONDS, in ms: fresh gauges that would close the gate count as
+   * frozen once they and the step counter have not changed across scrapes spanning at least
+   * this long (`at - unchangedSince`) while this dispatcher has nothing in flight on the
+   * engine; one probe request is then admitted (`gaugesFrozen`). 0 or absent: never.
+   */
+  frozenAfterMs?: number;
 }
 
 export type GateDecision = { admit: true } | { admit: false; reason: GateReason };
@@ -136,22 +172,53 @@ function decide(
   if (policy === undefined) return open;
   const g = freshGauges(engine, policy, now);
   if (g === undefined) return policy.failMode === 'closed' ? refuse.engine_stale : open;
-  if (!(engine.inflight + sequences + bypassTraffic(g) <= engine.cap)) return refuse.engine_busy;
-  if (!(g.kvUsage < policy.kvThreshold)) return refuse.kv_pressure;
-  return open;
+  const busy = !(engine.inflight + sequences + bypassTraffic(g) <= engine.cap);
+  if (!busy && g.kvUsage < policy.kvThreshold) return open;
+  // The probe: one engine request, and only with nothing of ours on the engine.
+  if (sequences === 1 && frozen(engine, g, policy)) return open;
+  return busy ? refuse.engine_busy : refuse.kv_pressure;
+}
+
+/**
+ * The frozen-gauge rule on gauges `g` already known fresh: nothing of ours in flight, a
+ * threshold set, the reading unchanged across scrapes spanning it, and gauges that would
+ * close the gate to one engine request.
+ */
+function frozen(engine: EngineView, g: EngineGauges, policy: GatePolicy): boolean {
+  const after = policy.frozenAfterMs;
+  if (engine.inflight !== 0 || after === undefined || !(after > 0)) return false;
+  const since = g.unchangedSince;
+  if (since === undefined || !Number.isFinite(since) || !(g.at - since >= after)) return false;
+  return !(1 + bypassTraffic(g) <= engine.cap) || !(g.kvUsage < policy.kvThreshold);
+}
+
+/**
+ * Whether `engine`'s gauges count as frozen at `now` (see the top of this file): fresh, they
+ * would close the gate to one engine request, this dispatcher has nothing in flight on the
+ * engine, and they and the step counter have not changed across scrapes spanning at least
+ * `policy.frozenAfterMs`. While it holds, `gateDecision` admits one engine request as a probe.
+ */
+export function gaugesFrozen(engine: EngineView, policy: GatePolicy, now: number): boolean {
+  const g = freshGauges(engine, policy, now);
+  return g !== undefined && frozen(engine, g, policy);
 }
 
 function room(engine: EngineView, policy: GatePolicy | undefined, now: number): number {
   const base = engine.cap - engine.inflight;
   if (policy === undefined) return base;
   const g = freshGauges(engine, policy, now);
-  return g === undefined ? base : base - bypassTraffic(g);
+  if (g === undefined) return base;
+  // Frozen gauges leave the probe's slot (nothing of ours is in flight; none with a cap of 0).
+  const r = base - bypassTraffic(g);
+  return frozen(engine, g, policy) ? Math.max(r, Math.min(1, base)) : r;
 }
 
 /**
  * May the dispatcher release one more job to `engine` now, one of `sequences` engine requests
  * (default 1)? Without `policy` only the in-flight cap applies. Reasons are checked in this
- * order: inflight_cap, engine_stale, engine_busy, kv_pressure.
+ * order: inflight_cap, engine_stale, engine_busy, kv_pressure. A job of one engine request is
+ * admitted past engine_busy and kv_pressure while the gauges count as frozen (`gaugesFrozen`):
+ * the probe.
  */
 export function gateDecision(engine: EngineView): GateDecision;
 export function gateDecision(
@@ -171,7 +238,8 @@ export function gateDecision(
 
 /**
  * Slots left on `engine`: cap - inflight - bypass when its gauges are fresh, cap - inflight
- * otherwise (and always without `policy`). May be zero or negative.
+ * otherwise (and always without `policy`). May be zero or negative; at least 1 (the probe's)
+ * while the gauges count as frozen and the cap is not 0.
  */
 export function headroom(engine: EngineView): number;
 export function headroom(engine: EngineView, policy: GatePolicy | undefined, now: number): number;

@@ -2,6 +2,7 @@ export {
   bypassTraffic,
   freshGauges,
   gateDecision,
+  gaugesFrozen,
   headroom,
   pickEngine,
   type EngineGauges,
@@ -11,6 +12,7 @@ export {
   type GatePolicy,
   type GateReason,
 } from './gate.js';
+export { sameReading, unchangedSince, type EngineReading } from './frozen.js';
 export {
   retryAfterBounds,
   retryAfterSeconds,

@@ -4,6 +4,7 @@ import {
   bypassTraffic,
   freshGauges,
   gateDecision,
+  gaugesFrozen,
   headroom,
   pickEngine,
   type EngineGauges,
@@ -179,6 +180,97 @@ describe('gate reasons', () => {
   });
 });
 
+describe('frozen gauges: the probe', () => {
+  // The reviewer's case: cap 4, four streams whose clients left together. vLLM ran no step
+  // since, so its gauges still show the four; Sluice has none in flight any more: bypass 4.
+  const policy: GatePolicy = { ...closed, frozenAfterMs: 10_000 };
+  const stuck = (over: Partial<EngineGauges> = {}, view: Partial<EngineView> = {}) =>
+    engine({
+      gauges: gauges({
+        running: 4,
+        kvUsage: 0.5,
+        steps: 812,
+        unchangedSince: NOW - 10_000,
+        ...over,
+      }),
+      ...view,
+    });
+
+  it('admits one engine request once the unchanged run spans the threshold, with nothing of ours in flight', () => {
+    expect(bypassTraffic(stuck().gauges!)).toBe(4);
+    expect(gaugesFrozen(stuck(), policy, NOW)).toBe(true);
+    expect(gateDecision(stuck(), policy, NOW)).toEqual({ admit: true });
+    expect(headroom(stuck(), policy, NOW)).toBe(1);
+    // Measured between scrapes (at - unchangedSince), not to `now`: a moment short of it waits.
+    const short = stuck({ unchangedSince: NOW - 9_999 });
+    expect(gaugesFrozen(short, policy, NOW + 4_000)).toBe(false);
+    expect(gateDecision(short, policy, NOW + 4_000)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+  });
+
+  it('never beside anything of ours: with one request in flight the gauges decide again', () => {
+    const probing = stuck({}, { inflight: 1 });
+    expect(gaugesFrozen(probing, policy, NOW)).toBe(false);
+    expect(gateDecision(probing, policy, NOW)).toEqual({ admit: false, reason: 'engine_busy' });
+    expect(headroom(probing, policy, NOW)).toBe(-1);
+  });
+
+  it('a probe is one engine request: a job of several waits', () => {
+    expect(gateDecision(stuck(), policy, NOW, 2)).toEqual({ admit: false, reason: 'engine_busy' });
+    expect(gateDecision(stuck(), policy, NOW, 1)).toEqual({ admit: true });
+  });
+
+  it('frozen KV pressure is probed too, and the reason without a probe stays kv_pressure', () => {
+    const full = stuck({ running: 0, kvUsage: 0.97 });
+    expect(gateDecision(full, policy, NOW)).toEqual({ admit: true });
+    expect(gateDecision(full, policy, NOW, 2)).toEqual({ admit: false, reason: 'kv_pressure' });
+    expect(headroom(full, policy, NOW)).toBe(4);
+  });
+
+  it('the in-flight cap and the freshness rules hold as before', () => {
+    expect(gateDecision(stuck({}, { cap: 0 }), policy, NOW)).toEqual({
+      admit: false,
+      reason: 'inflight_cap',
+    });
+    // Stale: the fail mode decides, not the probe.
+    const stale = stuck({}, { health: 'stale' });
+    expect(gaugesFrozen(stale, policy, NOW)).toBe(false);
+    expect(gateDecision(stale, policy, NOW)).toEqual({ admit: false, reason: 'engine_stale' });
+    expect(gateDecision(stuck({ at: NOW - 5_001 }), policy, NOW)).toEqual({
+      admit: false,
+      reason: 'engine_stale',
+    });
+  });
+
+  it('never without a threshold (absent or 0), without a tracked run, or with gauges that leave the gate open', () => {
+    for (const p of [closed, { ...closed, frozenAfterMs: 0 }]) {
+      expect(gaugesFrozen(stuck(), p, NOW)).toBe(false);
+      expect(gateDecision(stuck(), p, NOW)).toEqual({ admit: false, reason: 'engine_busy' });
+    }
+    for (const unchangedSince of [undefined, Number.NaN, Number.NEGATIVE_INFINITY, NOW + 1]) {
+      const e = stuck({ unchangedSince });
+      expect(gaugesFrozen(e, policy, NOW)).toBe(false);
+      expect(gateDecision(e, policy, NOW)).toEqual({ admit: false, reason: 'engine_busy' });
+    }
+    // Three requests and KV below the threshold: the gate is open anyway, nothing is frozen.
+    const open = stuck({ running: 3 });
+    expect(gaugesFrozen(open, policy, NOW)).toBe(false);
+    expect(gateDecision(open, policy, NOW)).toEqual({ admit: true });
+    expect(headroom(open, policy, NOW)).toBe(1);
+  });
+
+  it('engine choice: a probe counts as one slot, so more room elsewhere goes first; a probe before nothing', () => {
+    const other = engine({ name: 'b', inflight: 2 });
+    expect(pickEngine([stuck(), other], policy, NOW)).toBe(1);
+    // One slot each: the tie goes to the first, and the probe makes the frozen engine usable.
+    expect(pickEngine([stuck(), { ...other, inflight: 3 }], policy, NOW)).toBe(0);
+    expect(pickEngine([stuck(), { ...other, inflight: 4 }], policy, NOW)).toBe(0);
+    expect(pickEngine([stuck()], closed, NOW)).toBe(-1);
+  });
+});
+
 describe('engine choice', () => {
   it('picks the admissible engine with the most headroom, ties to the first', () => {
     expect(
@@ -241,6 +333,9 @@ describe('engine choice', () => {
           kvUsage: fc.double({ min: 0, max: 1, noNaN: true }),
           at: fc.integer({ min: NOW - 10_000, max: NOW }),
           inflightAtScrape: fc.nat(10),
+          unchangedSince: fc.option(fc.integer({ min: NOW - 30_000, max: NOW }), {
+            nil: undefined,
+          }),
         }),
         { nil: undefined },
       ),
@@ -250,6 +345,7 @@ describe('engine choice', () => {
       kvThreshold: fc.double({ min: 0, max: 1, noNaN: true }),
       failMode: fc.constantFrom('open' as const, 'closed' as const),
       maxGaugeAgeMs: fc.integer({ min: 0, max: 10_000 }),
+      frozenAfterMs: fc.option(fc.integer({ min: 0, max: 20_000 }), { nil: undefined }),
     });
     fc.assert(
       fc.property(

@@ -201,9 +201,11 @@ export function loadConfig(
     pools,
     passthrough,
     ...(tenants === undefined ? {} : { tenants }),
+    tenantCacheSalt: vars.must('SLUICE_TENANT_CACHE_SALT') === 'on',
     admission: {
       kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),
       failMode: vars.must('ADMISSION_FAIL_MODE'),
+      frozenGaugesSeconds: vars.must('ADMISSION_FROZEN_GAUGES_SECONDS'),
     },
     limits: {
       maxBodyBytes: vars.must('MAX_BODY_BYTES'),

@@ -185,7 +185,17 @@ export interface SluiceConfig {
   passthrough: PassthroughConfig[];
   /** Absent: no keys are asked for and every request is the anonymous tenant's. */
   tenants?: TenantConfig[];
-  admission: { kvThreshold: number; failMode: 'open' | 'closed' };
+  /**
+   * SLUICE_TENANT_CACHE_SALT: with tenants, each completion request carries its tenant's own
+   * vLLM `cache_salt` (the gateway's cache-salt.ts); no effect without tenants.
+   */
+  tenantCacheSalt: boolean;
+  admission: {
+    kvThreshold: number;
+    failMode: 'open' | 'closed';
+    /** ADMISSION_FROZEN_GAUGES_SECONDS: after this long unchanged, gauges count as frozen; 0 never. */
+    frozenGaugesSeconds: number;
+  };
   limits: {
     maxBodyBytes: number;
     /** From this size (bytes) a body travels in a key of its own (JobPayload `bodyInKey`). */

@@ -298,6 +298,13 @@ export const VARIABLES = {
     fallback: 'open',
     help: 'gauge conditions while the engine state is unknown; the in-flight cap holds either way',
   }),
+  // vLLM v1 refreshes its gauges only when it steps, and steps only with requests: after every
+  // request is aborted at once they stay as they were (vllm-project/vllm#22545, #29928). Measured
+  // between scrapes, so it is never shorter than ENGINE_SCRAPE_INTERVAL_MS. docs/broker.md.
+  ADMISSION_FROZEN_GAUGES_SECONDS: v(decimal({ min: 0, max: MAX_TIMER_SECONDS }), {
+    fallback: 10,
+    help: "gauges that would close the gate, with nothing of Sluice's in flight on the engine, count as frozen once neither they nor its step counter changed for this long, and one probe request goes (vLLM stops refreshing them when all its requests are aborted at once); keep it several scrape intervals and above the engine's longest step; 0 never probes",
+  }),
   SLUICE_DEGRADATION: v(oneOf(SWITCH), {
     fallback: 'on',
     help: 'shorter answers under load for the VLLM_URL pool; off also switches off every SLUICE_CONFIG pool',
@@ -357,6 +364,13 @@ export const VARIABLES = {
   SLUICE_MAX_PRIORITY: v(integer(0, MAX_PRIORITY), {
     fallback: 10,
     help: 'priority header values are clamped into 0..this (0 turns priorities off; at most 3 BullMQ levels a class fit)',
+  }),
+  // vLLM's per-request `cache_salt` (chat completions and completions) goes into the hash of a
+  // prompt's first KV block (vllm/v1/core/kv_cache_utils.py `generate_block_hash_extra_keys`),
+  // so requests with different salts never share cached blocks. See apps/gateway/src/cache-salt.ts.
+  SLUICE_TENANT_CACHE_SALT: v(oneOf(SWITCH), {
+    fallback: 'on',
+    help: "with tenants, the gateway sets every completion request's vLLM cache_salt to its tenant's own (replacing any the client sent), so tenants share no prefix-cache blocks and none can time another's prompts; off lets tenants that send the same long prefix (a shared system prompt) hit each other's cache again, and so learn what other tenants sent (docs/broker.md)",
   }),
   ENGINE_SCRAPE_INTERVAL_MS: v(ms(50), {
     fallback: 500,

@@ -8,7 +8,8 @@ const DEFAULTS: SluiceConfig = {
   cors: { allowedOrigins: '*', allowedMethods: '*', allowedHeaders: '*', allowCredentials: false },
   pools: [],
   passthrough: [],
-  admission: { kvThreshold: 0.9, failMode: 'open' },
+  tenantCacheSalt: true,
+  admission: { kvThreshold: 0.9, failMode: 'open', frozenGaugesSeconds: 10 },
   limits: {
     maxBodyBytes: 8 * 1_048_576,
     bodyKeyMinBytes: 65_536,

@@ -75,6 +75,7 @@ describe('properties of environment values', () => {
     expect(integers).toHaveLength(21);
     expect(integers.map((v) => v.name)).toContain('ADMISSION_MAX_INFLIGHT');
     expect(decimals.map((v) => v.name).sort()).toEqual([
+      'ADMISSION_FROZEN_GAUGES_SECONDS',
       'ADMISSION_KV_THRESHOLD',
       'ADMISSION_LONG_AGING_SECONDS',
       'ADMISSION_LONG_MAX_SHARE',

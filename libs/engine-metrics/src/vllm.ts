@@ -26,6 +26,17 @@ export const VLLM_SERIES = {
    * vLLM v0.13.0; older servers do not export it.
    */
   prefillComputedTokensSum: 'vllm:request_prefill_kv_computed_tokens_sum',
+  /**
+   * The count of the histogram vllm:iteration_tokens_total ("Histogram of number of tokens per
+   * engine_step"): one observation per batch of engine-core outputs that carried a request's
+   * output (`PrometheusStatLogger.record`, vllm/v1/metrics/loggers.py; the front end makes
+   * `IterationStats` only "if (log_stats and num_outputs)", vllm/v1/engine/async_llm.py). So it
+   * moves on every step that sampled a token or finished a request, and not on a step that only
+   * advanced chunked prefills (the engine core returns no partial-prefill outputs,
+   * vllm/v1/core/sched/scheduler.py `update_from_output`); such a step still refreshes the
+   * gauges, and the KV usage grows with each chunk's blocks.
+   */
+  steps: 'vllm:iteration_tokens_total_count',
 } as const;
 
 const RUNNING = VLLM_SERIES.running;
@@ -75,6 +86,13 @@ export interface VllmState {
    * by default) that rate reads fast. Absent unless the tokens and the seconds both exist.
    */
   prefillTotals?: PrefillTotals;
+  /**
+   * Engine steps that produced output so far, summed over ranks: `vllm:iteration_tokens_total`'s
+   * count (see `VLLM_SERIES.steps`). Moves while the engine steps with requests that decode;
+   * frozen, with the gauges, while it runs no step at all. Absent when the series is missing or
+   * a value is not a finite count.
+   */
+  steps?: number;
   /** Data-parallel ranks: distinct `engine` label values (1 when there is no `engine` label). */
   ranks: number;
   /** Distinct `model_name` label values of the gauges above, in order of appearance. */
@@ -207,6 +225,7 @@ export function readVllmState(exposition: Exposition): VllmState {
   let promptTokensSum: number | undefined;
   let prefillSecondsSum: number | undefined;
   let computedTokensSum: number | undefined;
+  let steps: number | undefined;
   const addSum = (current: number | undefined, value: number) =>
     Number.isFinite(value) && value >= 0 ? (current ?? 0) + value : Number.NaN;
 
@@ -257,6 +276,9 @@ export function readVllmState(exposition: Exposition): VllmState {
       case VLLM_SERIES.prefillComputedTokensSum:
         computedTokensSum = addSum(computedTokensSum, sample.value);
         break;
+      case VLLM_SERIES.steps:
+        steps = addSum(steps, sample.value);
+        break;
     }
     if (name.endsWith('_info')) {
       const rank = rankOf(sample.labels);
@@ -304,5 +326,6 @@ export function readVllmState(exposition: Exposition): VllmState {
   const tokens = excludesCached ? computedTokensSum : promptTokensSum;
   if (Number.isFinite(tokens) && Number.isFinite(prefillSecondsSum))
     state.prefillTotals = { tokens: tokens!, seconds: prefillSecondsSum!, excludesCached };
+  if (steps !== undefined && Number.isFinite(steps)) state.steps = steps;
   return state;
 }

@@ -60,6 +60,7 @@ describe('readVllmState on real vLLM expositions', () => {
       kvMetric: 'vllm:kv_cache_usage_perc',
       kvCapacityTokens: 9527 * 16,
       kvRankCapacityTokens: 9527 * 16,
+      steps: 30_000,
       ranks: 1,
       models: [MODEL],
     });
@@ -88,6 +89,7 @@ describe('readVllmState on real vLLM expositions', () => {
       kvMetric: 'vllm:kv_cache_usage_perc',
       kvCapacityTokens: 18988 * 16,
       kvRankCapacityTokens: (18988 * 16) / 2,
+      steps: 30_000 + 30_000,
       ranks: 2,
       models: [MODEL],
     });
@@ -113,7 +115,50 @@ describe('readVllmState on real vLLM expositions', () => {
       promptTokensSum: 'vllm:request_prompt_tokens_sum',
       prefillSecondsSum: 'vllm:request_prefill_time_seconds_sum',
       prefillComputedTokensSum: 'vllm:request_prefill_kv_computed_tokens_sum',
+      steps: 'vllm:iteration_tokens_total_count',
     });
+  });
+});
+
+describe('readVllmState: engine steps', () => {
+  const gauges = [
+    'vllm:num_requests_running{engine="0"} 1',
+    'vllm:num_requests_waiting{engine="0"} 0',
+    'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+  ];
+  const steps = (extra: string[]) =>
+    readVllmState(parseExposition([...gauges, ...extra, ''].join('\n'))).steps;
+
+  it("reads vllm:iteration_tokens_total's count, summed over ranks", () => {
+    expect(steps(['vllm:iteration_tokens_total_count{engine="0"} 41.0'])).toBe(41);
+    expect(
+      steps([
+        'vllm:num_requests_running{engine="1"} 0',
+        'vllm:iteration_tokens_total_count{engine="0"} 41.0',
+        'vllm:iteration_tokens_total_count{engine="1"} 9.0',
+      ]),
+    ).toBe(50);
+  });
+
+  it('leaves it out when the series is missing or a value is not a count, and still reads the gauges', () => {
+    expect(steps([])).toBeUndefined();
+    expect(steps(['vllm:iteration_tokens_total_count{engine="0"} NaN'])).toBeUndefined();
+    expect(
+      steps([
+        'vllm:iteration_tokens_total_count{engine="0"} -1',
+        'vllm:iteration_tokens_total_count{engine="1"} 4',
+      ]),
+    ).toBeUndefined();
+    expect(steps(['vllm:iteration_tokens_total_count{engine="0"} +Inf'])).toBeUndefined();
+  });
+
+  it('does not take the sum or a bucket for the count', () => {
+    expect(
+      steps([
+        'vllm:iteration_tokens_total_sum{engine="0"} 900.0',
+        'vllm:iteration_tokens_total_bucket{engine="0",le="+Inf"} 7.0',
+      ]),
+    ).toBeUndefined();
   });
 });
 

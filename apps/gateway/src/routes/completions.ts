@@ -20,6 +20,7 @@ import {
 } from '@sluice/protocol';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { priorityCap } from '../auth.js';
+import type { CacheSalts } from '../cache-salt.js';
 import type { RequestEnded } from '../access-log.js';
 import type { HeldInfo } from '../held-hooks.js';
 import { HeldRequest, type HeldRequestHooks } from '../held-request.js';
@@ -58,11 +59,17 @@ export interface CompletionRoutesOptions {
   ended: RequestEnded;
   /** How long an add may go unanswered (ENQUEUE_TIMEOUT_MS unless set). */
   enqueueTimeoutMs?: number;
+  /**
+   * Each tenant's vLLM `cache_salt`, put into its completion requests (cache-salt.ts); absent
+   * without tenants or with SLUICE_TENANT_CACHE_SALT=off.
+   */
+  cacheSalts?: CacheSalts;
 }
 
 /**
  * Bodies arrive as raw bytes: the single-pass peek reads what Sluice needs, and the engine
- * receives exactly what the client sent. Installed on the root instance so every route,
+ * receives exactly what the client sent (with tenants, plus its tenant's `cache_salt` as the
+ * last member of a completion body: cache-salt.ts). Installed on the root instance so every route,
  * unknown ones included, reads bodies the same way.
  */
 export function acceptRawJson(app: FastifyInstance): void {
@@ -263,8 +270,13 @@ export async function completionRoutes(
     return async (request: FastifyRequest, reply: FastifyReply) => {
       const read = routed(request, reply);
       if (!read) return;
-      const { body, peeked, route, model, stream, refuseRead } = read;
-      if (route.kind === 'passthrough') return forward(request, reply, route, path, read);
+      const { peeked, route, model, stream, refuseRead } = read;
+      // What the engine or backend gets: with tenants, the body with its tenant's cache_salt
+      // as the last member (cache-salt.ts). The peek's spans still hold: only bytes after them
+      // were added.
+      const body = opts.cacheSalts?.apply(read.body, request.tenant) ?? read.body;
+      if (route.kind === 'passthrough')
+        return forward(request, reply, route, path, { ...read, body });
       const poolName = route.pool.name;
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
