@@ -42,7 +42,7 @@ export interface EngineObserverOptions {
   intervalMs: number;
   /** Consecutive failed scrapes that make the engine `stale`. */
   staleAfterFailures: number;
-  /** Deadline for one whole scrape (connect, head and body), in ms. Default `min(intervalMs, 2000)`. */
+  /** Deadline for one whole scrape (connect, head and body), in ms. Default 2000, whatever the interval. */
   timeoutMs?: number;
   /** Sent as `Authorization: Bearer <apiKey>`. */
   apiKey?: string;
@@ -97,6 +97,15 @@ function describeError(error: unknown): string {
     : error.message || error.name;
 }
 
+/**
+ * A scrape's deadline when none is given, whatever the interval. Scrapes never overlap (the
+ * next starts when this one ends, if that is later than its turn), so a deadline as short as
+ * the interval bought nothing, and it failed every scrape of an engine whose /metrics takes a
+ * little longer than the interval: a vLLM under load answers it from a busy API server, and
+ * the 500 ms default interval then made the engine stale when it was busiest.
+ */
+export const DEFAULT_SCRAPE_TIMEOUT_MS = 2000;
+
 type Outcome =
   { ok: true; vllm: VllmState; sentAt: number } | { ok: false; error: string; notVllm: boolean };
 
@@ -106,11 +115,7 @@ export function createEngineObserver(options: EngineObserverOptions): EngineObse
   const target = metricsUrl(options.url);
   const intervalMs = positiveInteger('intervalMs', options.intervalMs, 1);
   const staleAfterFailures = positiveInteger('staleAfterFailures', options.staleAfterFailures, 1);
-  const timeoutMs = positiveInteger(
-    'timeoutMs',
-    options.timeoutMs ?? Math.min(intervalMs, 2000),
-    1,
-  );
+  const timeoutMs = positiveInteger('timeoutMs', options.timeoutMs ?? DEFAULT_SCRAPE_TIMEOUT_MS, 1);
   const now = options.now ?? Date.now;
   const path = target.pathname;
   // For lastError: the URL without any user:password it may carry.

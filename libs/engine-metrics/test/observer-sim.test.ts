@@ -236,6 +236,27 @@ describe('EngineObserver against the engine simulator', () => {
     expect(recovered.consecutiveFailures).toBe(0);
   });
 
+  it('takes a scrape slower than the interval by default: the deadline is not the interval', async () => {
+    const observer = createEngineObserver({
+      name: 'sim',
+      url: sim.url,
+      intervalMs: 50,
+      staleAfterFailures: 2,
+    });
+    observers.push(observer);
+    await setFaults({ metrics: 'slow', metricsDelayMs: 300 });
+    try {
+      await observer.start();
+      // Scrapes of 300 ms at a 50 ms interval: the first is taken, and so is the next.
+      expect(observer.state).toMatchObject({ health: 'healthy', consecutiveFailures: 0 });
+      const first = observer.state.scrapedAt!;
+      const next = await stateWhere(observer, (s) => s.scrapedAt! > first, 'the next scrape');
+      expect(next).toMatchObject({ health: 'healthy', consecutiveFailures: 0 });
+    } finally {
+      await setFaults({ metrics: 'ok', metricsDelayMs: 0 });
+    }
+  });
+
   it('cannot be started again after stop(); a second stop() is a no-op', async () => {
     const observer = observe();
     await observer.start();
