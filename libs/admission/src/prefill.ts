@@ -12,6 +12,7 @@
 // only where they fit, and lets short ones pass them for a bounded time.
 import {
   freshGauges,
+  gaugesFrozen,
   gateDecision,
   type EngineView,
   type GatePolicy,
@@ -101,7 +102,10 @@ export function freeKvTokens(
   if (engine.kvCapacityTokens === undefined) return undefined;
   const g = freshGauges(engine, gate, now);
   if (g === undefined) return undefined;
-  return engine.kvCapacityTokens * (1 - g.kvUsage) - engine.kvPendingTokens;
+  // Frozen gauges (gate.ts) show what ran before every request was aborted, not what is left:
+  // the probe they allow may be a long prompt, which the frozen KV usage would hold for good.
+  const used = gaugesFrozen(engine, gate, now) ? 0 : g.kvUsage;
+  return engine.kvCapacityTokens * (1 - used) - engine.kvPendingTokens;
 }
 
 /**

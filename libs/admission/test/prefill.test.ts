@@ -88,6 +88,29 @@ describe('prefill rules', () => {
     expect(decide(e, 65_536, { ...policy, kvFit: false })).toEqual({ admit: true });
   });
 
+  it('lets a long prompt be the probe of frozen gauges: their KV usage is not what is left', () => {
+    // 95% used at the scrape, unchanged for 10 s with nothing of ours in flight: frozen.
+    const frozen = engine({
+      gauges: {
+        running: 4,
+        waiting: 0,
+        kvUsage: 0.95,
+        at: NOW,
+        inflightAtScrape: 0,
+        unchangedSince: NOW - 10_000,
+      },
+    });
+    const probing = { ...gate, frozenAfterMs: 10_000 };
+    expect(decide(frozen, 65_536, policy, probing)).toEqual({ admit: true });
+    expect(freeKvTokens(frozen, probing, NOW)).toBe(152_432);
+    // A moment short of the threshold, the same reading holds it.
+    const recent = { ...probing, frozenAfterMs: 10_001 };
+    expect(decide(frozen, 65_536, policy, recent)).toEqual({
+      admit: false,
+      reason: 'engine_busy',
+    });
+  });
+
   it('never holds on KV a prompt larger than the whole KV cache: vLLM refuses it at once', () => {
     // 60% used; the capacity (152,432 tokens) is less than the prompt's estimate.
     const e = engine({
