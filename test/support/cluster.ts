@@ -13,6 +13,8 @@ export interface TestClusterOptions {
   masters?: number;
   /** `requirepass` of every node. */
   password?: string;
+  /** A replica for each master (default none): a failover test stops a master. */
+  replicas?: boolean;
 }
 
 export interface SlotRange {
@@ -25,6 +27,8 @@ export interface TestCluster {
   /** The environment that points Sluice at this cluster. */
   readonly env: Record<string, string>;
   readonly nodes: RedisNode[];
+  /** With `replicas`: the replica of each master, in the order of `nodes`. */
+  readonly replicas: RedisNode[];
   /** Which node serves which slots: fixed at start, nothing moves them. */
   readonly slots: SlotRange[];
   /** `CLUSTER KEYSLOT key`, asked of the cluster itself. */
@@ -63,32 +67,30 @@ export async function startCluster(options: TestClusterOptions = {}): Promise<Te
   const dir = await tempDir('cluster');
   const started: { stop(): Promise<void> }[] = [{ stop: () => dir.remove() }];
   try {
-    const nodes = await Promise.all(
-      Array.from({ length: masters }, () =>
-        startRedisNode({
-          port: freeNodePort,
-          args: (port) => [
-            '--port',
-            String(port),
-            '--bind',
-            '127.0.0.1',
-            '--dir',
-            dir.path,
-            '--save',
-            '',
-            '--appendonly',
-            'no',
-            '--cluster-enabled',
-            'yes',
-            '--cluster-config-file',
-            join(dir.path, `nodes-${port}.conf`),
-            '--cluster-node-timeout',
-            '5000',
-            ...(password ? ['--requirepass', password, '--masterauth', password] : []),
-          ],
-        }),
-      ),
-    );
+    const startNode = () =>
+      startRedisNode({
+        port: freeNodePort,
+        args: (port) => [
+          '--port',
+          String(port),
+          '--bind',
+          '127.0.0.1',
+          '--dir',
+          dir.path,
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          join(dir.path, `nodes-${port}.conf`),
+          '--cluster-node-timeout',
+          '5000',
+          ...(password ? ['--requirepass', password, '--masterauth', password] : []),
+        ],
+      });
+    const nodes = await Promise.all(Array.from({ length: masters }, startNode));
     started.push(...nodes);
     const slots = nodes.map((node, i) => ({
       port: node.port,
@@ -134,6 +136,8 @@ export async function startCluster(options: TestClusterOptions = {}): Promise<Te
     } finally {
       admins.forEach((a) => a.disconnect());
     }
+    const replicas = options.replicas ? await addReplicas(nodes, startNode, password) : [];
+    started.push(...replicas);
 
     const client = () => {
       const cluster = new Cluster(
@@ -158,6 +162,7 @@ export async function startCluster(options: TestClusterOptions = {}): Promise<Te
         ...(password ? { REDIS_PASSWORD: password } : {}),
       },
       nodes,
+      replicas,
       slots,
       keySlot,
       async nodeOf(key) {
@@ -170,5 +175,59 @@ export async function startCluster(options: TestClusterOptions = {}): Promise<Te
   } catch (err) {
     await stopAll(started).catch(() => {});
     throw err;
+  }
+}
+
+/**
+ * One replica per master, each told to replicate its master (CLUSTER REPLICATE), ready once
+ * every replica's link to its master is up and the whole cluster knows it.
+ */
+async function addReplicas(
+  masters: RedisNode[],
+  startNode: () => Promise<RedisNode>,
+  password: string | undefined,
+): Promise<RedisNode[]> {
+  const replicas = await Promise.all(masters.map(() => startNode()));
+  const admin = (node: RedisNode) =>
+    new Redis({
+      host: '127.0.0.1',
+      port: node.port,
+      maxRetriesPerRequest: 1,
+      ...(password ? { password } : {}),
+    });
+  const admins = replicas.map(admin);
+  const masterAdmins = masters.map(admin);
+  try {
+    const ids = await Promise.all(masterAdmins.map((a) => a.call('CLUSTER', 'MYID')));
+    for (const a of admins) await a.call('CLUSTER', 'MEET', '127.0.0.1', String(masters[0]!.port));
+    const total = masters.length + replicas.length;
+    await eventually(
+      async () => {
+        for (const a of [...admins, ...masterAdmins]) {
+          const text = String(await a.call('CLUSTER', 'INFO'));
+          if (!new RegExp(`^cluster_known_nodes:${total}\\r?$`, 'm').test(text)) return undefined;
+        }
+        return true;
+      },
+      'every cluster node to know every replica',
+      60_000,
+    );
+    await Promise.all(admins.map((a, i) => a.call('CLUSTER', 'REPLICATE', String(ids[i]))));
+    await eventually(
+      async () => {
+        for (const a of admins)
+          if (!/^master_link_status:up\r?$/m.test(String(await a.call('INFO', 'replication'))))
+            return undefined;
+        return true;
+      },
+      "every replica's link to its master",
+      60_000,
+    );
+    return replicas;
+  } catch (err) {
+    await Promise.all(replicas.map((r) => r.stop().catch(() => {})));
+    throw err;
+  } finally {
+    [...admins, ...masterAdmins].forEach((a) => a.disconnect());
   }
 }

@@ -227,6 +227,9 @@ function credentials(topology: RedisTopology): RedisOptions {
   };
 }
 
+/** How often a Cluster connection reads the slot map (CLUSTER SLOTS) on its own. */
+const SLOTS_REFRESH_MS = 1000;
+
 function createCluster(
   topology: Extract<RedisTopology, { kind: 'cluster' }>,
   name: string,
@@ -236,6 +239,11 @@ function createCluster(
   const options: ClusterOptions = {
     clusterRetryStrategy: backoff,
     enableReadyCheck: true,
+    // ioredis reads the slot map again only on MOVED, ASK or CLUSTERDOWN, or when a node's
+    // connection closes. A master that hangs (stopped, partitioned) does neither: after its
+    // replica is promoted, every command for its slots kept going to it and timed out, for good
+    // (a pool's lease among them: no leader again). Read every second instead.
+    slotsRefreshInterval: SLOTS_REFRESH_MS,
     // A Cluster pipelines by itself: the option of its node connections is not read.
     ...(role === 'command' ? clusterPipelinePerTurn : {}),
     // BullMQ reads maxRetriesPerRequest from here (it must be null on its connections), and

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import type { RedisTopology } from '@sluice/config';
-import { startCluster, startRedis } from '@sluice/test/support';
-import { Cluster } from 'ioredis';
+import { eventually, startCluster, startRedis } from '@sluice/test/support';
+import { Cluster, Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import {
   createRedis,
@@ -66,6 +66,44 @@ describe('Redis Cluster', () => {
       await cluster.stop();
     }
   });
+
+  it('follows a failover away from a master that hangs: the slot map is read again on its own', async () => {
+    const cluster = await startCluster({ replicas: true });
+    const key = 'sluice:{pool-default}:lease';
+    const port = await cluster.nodeOf(key);
+    const i = cluster.nodes.findIndex((n) => n.port === port);
+    const master = cluster.nodes[i]!;
+    const replica = new Redis({ host: '127.0.0.1', port: cluster.replicas[i]!.port });
+    const redis = createRedis(
+      { kind: 'cluster', nodes: at(cluster.nodes[(i + 1) % 3]!.port) },
+      { name: 'sluice:test:cluster', role: 'command' },
+    );
+    redis.on('error', () => {});
+    try {
+      await redisReady(redis);
+      expect(await redis.set(key, 'before')).toBe('OK');
+      // A hung master (SIGSTOP) answers nothing and closes nothing: no MOVED, no closed
+      // connection, so nothing else makes ioredis read the slot map again.
+      master.process.child.kill('SIGSTOP');
+      await eventually(
+        async () => /^role:master\r?$/m.test(String(await replica.call('INFO', 'replication'))),
+        'the replica to be promoted',
+        60_000,
+      );
+      const written = await eventually(
+        () => redis.set(key, 'after').catch(() => undefined),
+        'a write to reach the promoted replica',
+        30_000,
+      );
+      expect(written).toBe('OK');
+      expect(await replica.get(key)).toBe('after');
+    } finally {
+      master.process.child.kill('SIGCONT');
+      redis.disconnect();
+      replica.disconnect();
+      await cluster.stop();
+    }
+  }, 180_000);
 
   it('gives BullMQ cluster connections no per-request retry limit, where BullMQ reads it', () => {
     const redis = createRedis(
