@@ -160,7 +160,10 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
 
   it('restarts it with backoff when it exits, keeping the last snapshot meanwhile', async () => {
     const fake = standIn('dies-once');
-    const gpu = smi(fake.path);
+    // It exits at the poll after its second sample: 100 ms polls leave that exit 400 ms
+    // before the silence watch (5 polls) would call it hung, on a loaded machine too (at 30
+    // ms the watch won once: "printed nothing for 150 ms").
+    const gpu = smi(fake.path, 100);
     const events = record(gpu);
     await gpu.start();
     const error = await events.nextError();
@@ -176,8 +179,8 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
     expect(after.at).toBe(clock);
     expect(after.gpus).toHaveLength(2);
     expect(fake.starts()).toEqual([
-      [...ARGS, '30'],
-      [...ARGS, '30'],
+      [...ARGS, '100'],
+      [...ARGS, '100'],
     ]);
   });
 
