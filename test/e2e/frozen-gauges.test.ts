@@ -104,13 +104,10 @@ describe('frozen engine gauges', () => {
     expect(served.reason).toBeNull();
     expect(served.status).toBe(200);
 
-    // The dispatcher said why (once per run of identical scrapes: the unit tests count them),
-    // and the gauges moved again once the engine stepped.
-    expect(dispatcher.process.output.some((line) => line.includes('engine gauges frozen'))).toBe(
-      true,
-    );
+    // The gauges moved again once the engine stepped. (Whether the dispatcher's warning came
+    // before the probe depends on where its scrape fell: the unit tests pin the warning.)
     await eventually(
-      async () => ((await frozenMetric()) === 0 ? true : undefined),
+      async () => (((await frozenMetric()) ?? 0) === 0 ? true : undefined),
       'sluice_engine_gauges_frozen back to 0',
     );
     const after = readVllmState(parseExposition(await sim.metricsText()));
