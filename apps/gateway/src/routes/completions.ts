@@ -266,17 +266,21 @@ export async function completionRoutes(
     };
   }
 
+  /**
+   * What the engine or backend gets: with tenants, the body with its tenant's cache_salt as
+   * its last member (cache-salt.ts), made only once the request is going on (a refusal needs
+   * no copy). The peek's spans still hold: only bytes after them were added.
+   */
+  const sent = (body: Buffer, request: FastifyRequest) =>
+    opts.cacheSalts?.apply(body, request.tenant) ?? body;
+
   function completion(path: CompletionPath) {
     return async (request: FastifyRequest, reply: FastifyReply) => {
       const read = routed(request, reply);
       if (!read) return;
       const { peeked, route, model, stream, refuseRead } = read;
-      // What the engine or backend gets: with tenants, the body with its tenant's cache_salt
-      // as the last member (cache-salt.ts). The peek's spans still hold: only bytes after them
-      // were added.
-      const body = opts.cacheSalts?.apply(read.body, request.tenant) ?? read.body;
       if (route.kind === 'passthrough')
-        return forward(request, reply, route, path, { ...read, body });
+        return forward(request, reply, route, path, { ...read, body: sent(read.body, request) });
       const poolName = route.pool.name;
       metrics.requests.inc({ model, kind: 'gated' });
       const pool = pools.get(route.pool.name)!;
@@ -300,6 +304,7 @@ export async function completionRoutes(
         );
       }
 
+      const body = sent(read.body, request);
       const jobId = newJobId(now());
       const payload: JobPayload = {
         v: 1,
