@@ -25,6 +25,11 @@ export interface RequestEnd {
   status: number;
   /** The refusal reason, when Sluice refused or ended the request (or `engine_error`). */
   reason?: string;
+  /**
+   * The refusal's full message, where the client was told a fixed one instead: an engine
+   * failure with tenants and SLUICE_TENANT_ENGINE_DETAILS off (refuse.ts).
+   */
+  detail?: string;
   queueWaitMs?: number;
   /** Arrival to the first byte of the engine's body written to the client. */
   ttftMs?: number;

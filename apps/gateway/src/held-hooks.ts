@@ -11,6 +11,8 @@ export interface HeldHooksDeps {
   heartbeatSeconds: number;
   slowClientBytes: number;
   slowClientStallSeconds: number;
+  /** See HeldRequestHooks.engineDetails. */
+  engineDetails: boolean;
   now(): number;
   metrics: GatewayMetrics;
   replies: ReplyRouter;
@@ -38,6 +40,7 @@ export function heldHooks(deps: HeldHooksDeps, pool: PoolQueue, info: HeldInfo):
     maxParkMs: pool.pool.maxParkSeconds * 1000,
     slowClientBytes: deps.slowClientBytes,
     slowClientStallMs: deps.slowClientStallSeconds * 1000,
+    engineDetails: deps.engineDetails,
     now,
     removeQueued: (jobId) => pool.removeQueued(jobId, { tenant, bodyInKey: info.bodyInKey }),
     jobKey: (jobId) => pool.jobKey(jobId),
@@ -82,6 +85,7 @@ export function heldEnd(held: HeldRequest, pool: string, info: HeldInfo, now: nu
     stream: held.stream,
     status: held.status,
     reason: held.reason,
+    detail: held.detail,
     queueWaitMs: held.queueWaitMs,
     ttftMs: held.firstByteAt === undefined ? undefined : held.firstByteAt - held.receivedAt,
     durationMs: now - held.receivedAt,

@@ -18,7 +18,13 @@ import { sluiceHeaders, type EndInfo, type Frame } from '@sluice/protocol';
 import { SseEvents } from './sse-events.js';
 import type { ServerResponse } from 'node:http';
 import type { QueuedRemoval } from './pool-queue.js';
-import { QUEUE_LOST_MESSAGE, refusal, writeRefusal, type Refusal } from './refuse.js';
+import {
+  QUEUE_LOST_MESSAGE,
+  refusal,
+  withoutEngineDetails,
+  writeRefusal,
+  type Refusal,
+} from './refuse.js';
 
 export interface HeldRequestHooks {
   heartbeatMs: number;
@@ -26,6 +32,8 @@ export interface HeldRequestHooks {
   slowClientBytes: number;
   /** A socket that has not drained for this long is cut and its engine request cancelled. */
   slowClientStallMs: number;
+  /** The client may learn which engine served it and what failed there (refuse.ts). */
+  engineDetails: boolean;
   now(): number;
   /** Removes the job if it is still queued (see PoolQueue.removeQueued). */
   removeQueued(jobId: string): Promise<QueuedRemoval>;
@@ -62,6 +70,8 @@ export class HeldRequest {
   firstByteAt: number | undefined;
   /** The counts the dispatcher's end frame carried. */
   tokens: EndInfo | undefined;
+  /** The refusal's full message, when the client was told less (`engineDetails` false). */
+  detail: string | undefined;
   private expectedSeq = 0;
   private firstByte = false;
   private parkTimer: NodeJS.Timeout | undefined;
@@ -183,6 +193,11 @@ export class HeldRequest {
   fail(r: Refusal): void {
     if (this.state === 'done') return;
     this.hooks.onRefused(this, r);
+    if (!this.hooks.engineDetails) {
+      const told = withoutEngineDetails(r);
+      if (told !== r) this.detail = r.message;
+      r = told;
+    }
     const res = this.res;
     this.reason = r.reason;
     // writeRefusal never sends 499: nobody would read it.
@@ -230,7 +245,7 @@ export class HeldRequest {
 
   private responseHeaders(): Record<string, string> {
     const headers: Record<string, string> = { [sluiceHeaders.loadState]: this.loadState };
-    if (this.engine) headers[sluiceHeaders.engine] = this.engine;
+    if (this.engine && this.hooks.engineDetails) headers[sluiceHeaders.engine] = this.engine;
     return headers;
   }
 

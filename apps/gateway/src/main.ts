@@ -163,10 +163,13 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     loaded.replica.ttlMs,
     (err) => log.warn({ err }, 'replica heartbeat failed'),
   );
-  const passthrough = new Passthrough(loaded.tenants !== undefined, {
-    ...loaded.engine,
-    slowClientStallMs: limits.slowClientStallSeconds * 1000,
-  });
+  // Tenants see no engine's name or address unless the operator lets them (refuse.ts).
+  const engineDetails = loaded.tenants === undefined || loaded.tenantEngineDetails;
+  const passthrough = new Passthrough(
+    loaded.tenants !== undefined,
+    { ...loaded.engine, slowClientStallMs: limits.slowClientStallSeconds * 1000 },
+    engineDetails,
+  );
 
   const held = new HeldClients({
     replies,
@@ -214,6 +217,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     heartbeatSeconds: limits.heartbeatSeconds,
     slowClientBytes: limits.slowClientBytes,
     slowClientStallSeconds: limits.slowClientStallSeconds,
+    engineDetails,
     now,
     metrics,
     replies,

@@ -33,7 +33,7 @@ import {
   traceparentOf,
   tracestateOf,
 } from './request-id.js';
-import { refusal, writeRefusal, type Refusal } from './refuse.js';
+import { refusal, withoutEngineDetails, writeRefusal, type Refusal } from './refuse.js';
 import { SseEvents } from './sse-events.js';
 
 /**
@@ -91,6 +91,8 @@ export interface PassthroughAnswer {
   /** The backend's status; the refusal's when Sluice answered; 499 when the client left. */
   status: number;
   reason?: RejectReason;
+  /** The refusal's full message, when the client was told less (see `engineDetails`). */
+  detail?: string;
 }
 
 /** How long a backend may keep a pass-through request waiting (see the top of this file). */
@@ -121,10 +123,14 @@ export class Passthrough {
   private readonly running = new Set<(r: Refusal) => void>();
   private idleWaiters: (() => void)[] = [];
 
-  /** `tenants`: whether client keys are Sluice's own (then never forwarded). */
+  /**
+   * `tenants`: whether client keys are Sluice's own (then never forwarded). `engineDetails`:
+   * whether a client may read a backend's address in a failure's message (refuse.ts).
+   */
   constructor(
     private readonly tenants: boolean,
     private readonly timeouts: PassthroughTimeouts = defaultPassthroughTimeouts,
+    private readonly engineDetails = true,
   ) {
     this.agent = new Agent({ headersTimeout: timeouts.headersTimeoutMs, bodyTimeout: 0 });
   }
@@ -224,7 +230,7 @@ export class Passthrough {
             res.destroy();
             return { status: cutBy.status, reason: cutBy.reason };
           }
-          if (cutBy) return endedByGateway(res, cutBy, events !== undefined);
+          if (cutBy) return this.answered(res, cutBy, events !== undefined);
           if (controller.signal.aborted) return { status: 499, reason: 'cancelled' };
           if (!res.headersSent) {
             // Nothing was answered: the next target may.
@@ -234,13 +240,12 @@ export class Passthrough {
               `${targets.length > 1 ? `none of ${targets.length} backends answered; ` : ''}backend ${baseUrl} unreachable: ${(err as Error).message}`,
               5,
             );
-            writeRefusal(res, r);
-            return { status: r.status, reason: r.reason };
+            return this.answered(res, r, false);
           }
           res.destroy();
           // The backend failed mid-answer: what its status promised did not arrive whole.
           const r = refusal('engine_error', `backend ${baseUrl} failed mid-answer`);
-          return { status: r.status, reason: r.reason };
+          return { status: r.status, reason: r.reason, ...this.detail(r) };
         }
       }
     } finally {
@@ -252,6 +257,17 @@ export class Passthrough {
 
   close(): Promise<void> {
     return this.agent.close();
+  }
+
+  /** Answers `r` as this gateway may tell it (`engineDetails`), the full message kept aside. */
+  private answered(res: ServerResponse, r: Refusal, eventStream: boolean): PassthroughAnswer {
+    const told = this.engineDetails ? r : withoutEngineDetails(r);
+    return { ...endedByGateway(res, told, eventStream), ...this.detail(r) };
+  }
+
+  /** The full message of `r` if a client without engine details was told another. */
+  private detail(r: Refusal): { detail?: string } {
+    return this.engineDetails || withoutEngineDetails(r) === r ? {} : { detail: r.message };
   }
 }
 

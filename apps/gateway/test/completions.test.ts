@@ -108,6 +108,7 @@ beforeEach(async () => {
           heartbeatSeconds: 60,
           slowClientBytes: 1024 ** 3,
           slowClientStallSeconds: 60,
+          engineDetails: true,
           now: Date.now,
           metrics,
           replies,

@@ -74,6 +74,7 @@ function hooks(): HeldRequestHooks {
     maxParkMs: 60_000,
     slowClientBytes: 1024 ** 3,
     slowClientStallMs: 60_000,
+    engineDetails: true,
     now: Date.now,
     removeQueued: async () => 'taken',
     jobKey: (jobId) => jobId,

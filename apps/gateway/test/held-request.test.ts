@@ -95,6 +95,7 @@ function hooks(overrides: Partial<HeldRequestHooks> = {}): HeldRequestHooks & Re
     maxParkMs: 60_000,
     slowClientBytes: 1024 ** 3,
     slowClientStallMs: 60_000,
+    engineDetails: true,
     now: Date.now,
     removeQueued: (jobId) => queue.removeQueued(jobId),
     jobKey: (jobId) => queue.jobKey(jobId),
@@ -406,6 +407,71 @@ function opened(request: HeldRequest, jobId: string, contentType = 'text/event-s
   request.onFrame(frame(jobId, { type: 'head', info: { status: 200, contentType } }, 1));
   return 2;
 }
+
+describe('HeldRequest: engine details for tenants (SLUICE_TENANT_ENGINE_DETAILS)', () => {
+  const unreachable = 'engine 10.0.0.7:8000 unreachable: connect ECONNREFUSED 10.0.0.7:8000';
+
+  /** A request the engine `10.0.0.7:8000` started and then failed with `code`. */
+  async function failedOnEngine(jobId: string, engineDetails: boolean, started: boolean) {
+    const h = hooks({ engineDetails });
+    const { request, answer } = await held(jobId, h, false);
+    seq = 0;
+    if (started) {
+      const start = { engine: '10.0.0.7:8000', loadState: 'normal' };
+      request.onFrame(frame(jobId, { type: 'start', info: start }));
+      request.onFrame(
+        frame(jobId, { type: 'head', info: { status: 200, contentType: 'application/json' } }),
+      );
+      request.onFrame(frame(jobId, { type: 'data', chunk: Buffer.from('{"id":"x"}') }));
+      request.onFrame(
+        frame(jobId, { type: 'end', info: { completionTokens: 1, promptTokens: 1 } }),
+      );
+    } else {
+      const info = { code: 'engine_unreachable', message: unreachable, retryAfter: 5 } as const;
+      request.onFrame(frame(jobId, { type: 'error', info }));
+    }
+    return { request, res: await answer };
+  }
+
+  it('tells a tenant a fixed message for an engine failure, keeping the full one for the access log', async () => {
+    const { request, res } = await failedOnEngine('hide-err', false, false);
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('5');
+    const body = await res.text();
+    expect(body).not.toContain('10.0.0.7');
+    expect(JSON.parse(body).error).toMatchObject({
+      message: 'the engine could not be reached; retry later',
+      code: 'engine_unreachable',
+    });
+    expect(request.reason).toBe('engine_unreachable');
+    expect(request.detail).toBe(unreachable);
+  });
+
+  it("sends no x-sluice-engine to a tenant, and the engine's name where details are shown", async () => {
+    const hidden = await failedOnEngine('hide-ok', false, true);
+    expect(hidden.res.status).toBe(200);
+    expect(hidden.res.headers.get('x-sluice-engine')).toBeNull();
+    expect(hidden.res.headers.get('x-sluice-load-state')).toBe('normal');
+    const shown = await failedOnEngine('show-ok', true, true);
+    expect(shown.res.headers.get('x-sluice-engine')).toBe('10.0.0.7:8000');
+  });
+
+  it('passes the full message on where details are shown, and leaves refusals that name no engine alone', async () => {
+    const shown = await failedOnEngine('show-err', true, false);
+    expect(JSON.parse(await shown.res.text()).error.message).toBe(unreachable);
+    expect(shown.request.detail).toBeUndefined();
+    const h = hooks({ engineDetails: false });
+    const { request, answer } = await held('hide-lost', h, false);
+    const info = {
+      code: 'dispatcher_lost',
+      message: 'the dispatcher died',
+      retryAfter: 1,
+    } as const;
+    request.onFrame(frame('hide-lost', { type: 'error', info }, 0));
+    expect(JSON.parse(await (await answer).text()).error.message).toBe('the dispatcher died');
+    expect(request.detail).toBeUndefined();
+  });
+});
 
 describe('HeldRequest: an event stream cut anywhere by TCP', () => {
   const whole = 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","n":1}\n\n';

@@ -105,6 +105,7 @@ function hooks(overrides: Partial<HeldRequestHooks> = {}): HeldRequestHooks & Re
     maxParkMs: 60_000,
     slowClientBytes: 1024 ** 3,
     slowClientStallMs: 60_000,
+    engineDetails: true,
     now: Date.now,
     removeQueued: (jobId) => queue.removeQueued(jobId),
     jobKey: (jobId) => queue.jobKey(jobId),

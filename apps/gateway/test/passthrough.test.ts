@@ -20,6 +20,12 @@ let edgeUrl: string;
 const passthrough = new Passthrough(false);
 /** Short time-outs: 2 s to the first byte after the head, 0.1 s between chunks after it. */
 const impatient = new Passthrough(false, { headersTimeoutMs: 2000, bodyTimeoutMs: 100 });
+/** As `impatient`, for tenants who may not see a backend's address. */
+const impatientHidden = new Passthrough(
+  true,
+  { headersTimeoutMs: 2000, bodyTimeoutMs: 100 },
+  false,
+);
 /** A client that takes nothing for 0.2 s is cut. */
 const stallShort = new Passthrough(false, {
   headersTimeoutMs: 900_000,
@@ -110,6 +116,7 @@ afterAll(async () => {
   edge.closeAllConnections();
   await passthrough.close();
   await impatient.close();
+  await impatientHidden.close();
   await stallShort.close();
   backend.close();
   edge.close();
@@ -197,6 +204,30 @@ describe('pass-through', () => {
       );
       expect(await answered).toEqual({ status: 504, reason: 'engine_timeout' });
       await backendClosed.at(-1);
+    } finally {
+      forwarder = passthrough;
+    }
+  });
+
+  it("tells a tenant without engine details a fixed message, not the backend's address, and keeps the full one aside", async () => {
+    backendAnswer = 'prefill';
+    forwarder = impatientHidden;
+    try {
+      const res = await fetch(`${edgeUrl}/`, { method: 'POST', body: '{}' });
+      const text = await res.text();
+      expect(text).not.toContain(backendUrl);
+      const error = JSON.parse(text.slice('data: '.length, text.indexOf('\n'))) as {
+        error: { code: string; message: string };
+      };
+      expect(error.error).toMatchObject({
+        code: 'engine_timeout',
+        message: 'the engine took longer than the gateway waits for an answer',
+      });
+      expect(await answered).toEqual({
+        status: 504,
+        reason: 'engine_timeout',
+        detail: expect.stringContaining(`backend ${backendUrl} sent no body within 2 s`),
+      });
     } finally {
       forwarder = passthrough;
     }

@@ -101,6 +101,7 @@ async function start(config: SluiceConfig): Promise<Gateway> {
           heartbeatSeconds: 60,
           slowClientBytes: 1024 ** 3,
           slowClientStallSeconds: 60,
+          engineDetails: true,
           now: Date.now,
           metrics,
           replies,

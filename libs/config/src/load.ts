@@ -202,6 +202,7 @@ export function loadConfig(
     passthrough,
     ...(tenants === undefined ? {} : { tenants }),
     tenantCacheSalt: vars.must('SLUICE_TENANT_CACHE_SALT') === 'on',
+    tenantEngineDetails: vars.must('SLUICE_TENANT_ENGINE_DETAILS') === 'on',
     admission: {
       kvThreshold: vars.must('ADMISSION_KV_THRESHOLD'),
       failMode: vars.must('ADMISSION_FAIL_MODE'),

@@ -190,6 +190,11 @@ export interface SluiceConfig {
    * vLLM `cache_salt` (the gateway's cache-salt.ts); no effect without tenants.
    */
   tenantCacheSalt: boolean;
+  /**
+   * SLUICE_TENANT_ENGINE_DETAILS: with tenants, whether answers name the engine
+   * (`x-sluice-engine`, engine failures' messages); no effect without tenants.
+   */
+  tenantEngineDetails: boolean;
   admission: {
     kvThreshold: number;
     failMode: 'open' | 'closed';

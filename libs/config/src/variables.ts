@@ -372,6 +372,12 @@ export const VARIABLES = {
     fallback: 'on',
     help: "with tenants, the gateway sets every completion request's vLLM cache_salt to its tenant's own (replacing any the client sent), so tenants share no prefix-cache blocks and none can time another's prompts; off lets tenants that send the same long prefix (a shared system prompt) hit each other's cache again, and so learn what other tenants sent (docs/broker.md)",
   }),
+  // Tenants are other teams or customers: an engine's name defaults to its host and port, and
+  // an engine failure's cause (undici's) names its address, neither of which is theirs to see.
+  SLUICE_TENANT_ENGINE_DETAILS: v(oneOf(SWITCH), {
+    fallback: 'off',
+    help: "with tenants, on lets answers name the engine that served them (x-sluice-engine) and say what failed in an engine failure's message (its name, address and cause); off leaves both out and gives the engine failures a fixed message, the access log keeping the full one (detail); no effect without tenants",
+  }),
   ENGINE_SCRAPE_INTERVAL_MS: v(ms(50), {
     fallback: 500,
     help: 'engine /metrics poll period',

@@ -51,6 +51,7 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   SLUICE_PRIORITY_HEADER: (c) => c.limits.priorityHeader,
   SLUICE_MAX_PRIORITY: (c) => c.limits.maxPriority,
   SLUICE_TENANT_CACHE_SALT: (c) => c.tenantCacheSalt,
+  SLUICE_TENANT_ENGINE_DETAILS: (c) => c.tenantEngineDetails,
   ENGINE_SCRAPE_INTERVAL_MS: (c) => c.engine.scrapeIntervalMs,
   ENGINE_STALE_AFTER_FAILURES: (c) => c.engine.staleAfterFailures,
   ENGINE_HEADERS_TIMEOUT_MS: (c) => c.engine.headersTimeoutMs,
@@ -171,6 +172,7 @@ export const bad: Record<VariableName, string[]> = {
   SLUICE_PRIORITY_HEADER: ['x priority', 'x:p', 'é', 'x-p\n'],
   SLUICE_MAX_PRIORITY: ['-1', '699050', '2097151', '1.5'],
   SLUICE_TENANT_CACHE_SALT: ['true', 'no', '0', 'salted'],
+  SLUICE_TENANT_ENGINE_DETAILS: ['yes', 'shown', '1'],
   ENGINE_SCRAPE_INTERVAL_MS: ['49', '0', '2147483648', '500ms'],
   ENGINE_STALE_AFTER_FAILURES: ['0', 'x'],
   ENGINE_HEADERS_TIMEOUT_MS: ['0', '2147483648', '15m'],
@@ -376,6 +378,10 @@ export const good: Record<
   SLUICE_TENANT_CACHE_SALT: [
     ['off', false],
     ['ON', true],
+  ],
+  SLUICE_TENANT_ENGINE_DETAILS: [
+    ['on', true],
+    ['Off', false],
   ],
   ENGINE_SCRAPE_INTERVAL_MS: [['50', 50]],
   ENGINE_STALE_AFTER_FAILURES: [['1', 1]],

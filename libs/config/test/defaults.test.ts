@@ -9,6 +9,7 @@ const DEFAULTS: SluiceConfig = {
   pools: [],
   passthrough: [],
   tenantCacheSalt: true,
+  tenantEngineDetails: false,
   admission: { kvThreshold: 0.9, failMode: 'open', frozenGaugesSeconds: 10 },
   limits: {
     maxBodyBytes: 8 * 1_048_576,

@@ -207,6 +207,7 @@ export async function completionRoutes(
       stream,
       status: answered.status,
       reason: answered.reason,
+      detail: answered.detail,
       durationMs: now() - request.arrivedAt,
     });
   }
