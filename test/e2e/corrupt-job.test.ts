@@ -105,3 +105,30 @@ describe('a job whose data is not JSON', () => {
     expect(next.status, next.body).toBe(200);
   });
 });
+
+// BullMQ parses more of a job's hash than its data when it takes one (`rawToJobJson` in
+// bullmq's redis-queue-backend.js: `opts`, `progress`, `parent`), before any of Sluice's code
+// sees it, and its completion script decodes `parent` again in Lua.
+describe.each(['opts', 'progress', 'parent'])('a job whose %s is not JSON', (field) => {
+  it('is failed and counted, and the requests behind it are served at cap 1', async () => {
+    const skippedBefore = (await skippedInvalid()) ?? 0;
+    const jobId = `bad-${field}`;
+    const job = await queue.add('completion', {}, { jobId, delay: 600_000 });
+    await client.hset(queue.toKey(jobId), field, '{"cut');
+    await job.promote();
+    for (let i = 0; i < 2; i += 1) {
+      const res = await answer(
+        chat(stack.gateway.url, `after bad ${field} ${i}`, { max_tokens: 2 }),
+      );
+      expect(res.status, res.body).toBe(200);
+    }
+    expect(await queue.getJobState(jobId)).toBe('failed');
+    expect(await client.hget(queue.toKey(jobId), 'failedReason')).toBe('invalid_payload');
+    expect(
+      await eventually(async () => {
+        const n = await skippedInvalid();
+        return n !== undefined && n > skippedBefore ? n : undefined;
+      }, 'the discarded job to be counted'),
+    ).toBe(skippedBefore + 1);
+  });
+});

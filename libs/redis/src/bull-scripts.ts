@@ -56,7 +56,42 @@ export interface QuietOptions {
    * scheduler's next id, in moveToFinished, needs it.
    */
   ownJobId?: boolean;
+  /**
+   * A job hash read whole (HGETALL, which the take and the handover return to the worker) is
+   * made sound first: see SOUND_JOB_HASH. Only for the worker's scripts.
+   */
+  soundJobHash?: boolean;
 }
+
+/**
+ * The fields of a job hash BullMQ decodes as JSON when it takes the job (`rawToJobJson` in
+ * bullmq's redis-queue-backend.js parses `opts`, `progress` and `parent`; its completion script
+ * decodes `parent` again in Lua), with what each becomes when it does not decode: `false`
+ * removes it. `data` is not among them: Sluice builds the job from bad data itself
+ * (apps/dispatcher/src/job-build.ts).
+ *
+ * One such field that does not decode made the take throw after the job was active, before any
+ * code of Sluice's saw its id: the stalled check put it back and the next take threw again, for
+ * good, holding one of the pool's slots. Here, in the same script, the field is set sound and
+ * the job's data replaced by a JSON string that says which field was bad; the dispatcher then
+ * refuses that data as it refuses any payload that is not an object, and fails the job
+ * (`invalid_payload`). The job was unusable either way; now it costs no slot and says why.
+ */
+const SOUND_JOB_HASH = `
+  local JSON_FIELDS = { opts = '{}', progress = '0', parent = false }
+  local function soundJob(key, hash)
+    local bad
+    for i = 1, #hash, 2 do
+      local fallback = JSON_FIELDS[hash[i]]
+      if fallback ~= nil and not pcall(cjson.decode, hash[i + 1]) then
+        bad = hash[i]
+        if fallback then call('HSET', key, bad, fallback) else call('HDEL', key, bad) end
+      end
+    end
+    if not bad then return hash end
+    call('HSET', key, 'data', cjson.encode('the job field ' .. bad .. ' is not JSON'))
+    return call('HGETALL', key)
+  end`;
 
 /**
  * `bullLua` with a `redis` of its own in front: its `redis.call` answers the events stream's
@@ -73,16 +108,23 @@ export function withoutEventsStream(bullLua: string, options: QuietOptions = {})
       if string.sub(key, -3) == ':id' then return 0 end
     end`
     : '';
+  const soundJobHash = options.soundJobHash
+    ? `
+    if command == 'HGETALL' then
+      local key = ...
+      return soundJob(key, call(command, key))
+    end`
+    : '';
   return `${QUIET_MARK}
 local redis = (function(real)
-  local call = real.call
+  local call = real.call${options.soundJobHash ? SOUND_JOB_HASH : ''}
   local function quietCall(command, ...)
     if command == 'XADD' then return '0-0' end
     if command == 'XTRIM' then return 0 end
     if command == 'HGET' then
       local _, field = ...
       if field == 'opts.maxLenEvents' then return '0' end
-    end${idCounter}
+    end${idCounter}${soundJobHash}
     return call(command, ...)
   end
   return setmetatable({ call = quietCall }, { __index = real })
@@ -94,8 +136,9 @@ ${bullLua}`;
 const WORKER_JOB_SCRIPTS = ['moveToActive', 'moveToFinished'] as const;
 
 /**
- * Redefines BullMQ's take and completion on `conn` without the events stream, under BullMQ's
- * own names, so the worker runs them unchanged otherwise. Call once BullMQ has loaded its
+ * Redefines BullMQ's take and completion on `conn` without the events stream, and with the job
+ * hash they return made sound (`soundJobHash`), under BullMQ's own names, so the worker runs
+ * them unchanged otherwise. Call once BullMQ has loaded its
  * scripts on `conn`; a second call changes nothing.
  */
 export function quietWorkerScripts(conn: Redis): void {
@@ -104,7 +147,7 @@ export function quietWorkerScripts(conn: Redis): void {
     if (script.lua.startsWith(QUIET_MARK)) continue;
     conn.defineCommand(script.name, {
       numberOfKeys: script.numberOfKeys,
-      lua: withoutEventsStream(script.lua),
+      lua: withoutEventsStream(script.lua, { soundJobHash: true }),
     });
   }
 }

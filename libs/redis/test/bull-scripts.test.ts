@@ -96,7 +96,9 @@ describe("BullMQ's scripts without the events stream", () => {
       quietWorkerScripts(other);
       quietWorkerScripts(other);
       for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9']) {
-        expect(bullScript(other, name).lua).toBe(withoutEventsStream(standIn));
+        expect(bullScript(other, name).lua).toBe(
+          withoutEventsStream(standIn, { soundJobHash: true }),
+        );
         await scriptCommand(other, name)!.call(other, ...keys, 'job-2');
       }
       expect(await redis.exists('q:events')).toBe(0);
@@ -104,5 +106,58 @@ describe("BullMQ's scripts without the events stream", () => {
     } finally {
       await other.quit();
     }
+  });
+});
+
+// What the take returns to the worker: the job hash, read whole (BullMQ's
+// prepareJobForProcessing ends with `HGETALL` of the job key).
+const take = `local rcall = redis.call
+rcall("HSET", KEYS[1], "processedOn", "1")
+return {rcall("HGETALL", KEYS[1]), ARGV[1]}
+`;
+
+describe('a job hash made sound before the worker reads it', () => {
+  const sound = withoutEventsStream(take, { soundJobHash: true });
+  const jobKey = 'q:job-7';
+  const hashOf = (reply: unknown) => {
+    const flat = (reply as [string[], string])[0];
+    return Object.fromEntries(flat.flatMap((v, i) => (i % 2 ? [] : [[v, flat[i + 1]]])));
+  };
+
+  it('returns a sound hash as it is, and writes nothing', async () => {
+    await redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', progress: '12' });
+    const reply = await redis.eval(sound, 1, jobKey, 'job-7');
+    expect(hashOf(reply)).toEqual({
+      data: '{"v":1}',
+      opts: '{"attempts":1}',
+      progress: '12',
+      processedOn: '1',
+    });
+  });
+
+  it.each([
+    ['opts', { opts: '{}' }],
+    ['progress', { progress: '0' }],
+    ['parent', {}],
+  ])(
+    'sets a %s that is not JSON sound, and replaces the data by what was wrong',
+    async (field, fixed) => {
+      await redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', [field]: '{"cut' });
+      const expected = {
+        opts: '{"attempts":1}',
+        ...fixed,
+        data: `"the job field ${field} is not JSON"`,
+        processedOn: '1',
+      };
+      expect(hashOf(await redis.eval(sound, 1, jobKey, 'job-7'))).toEqual(expected);
+      // In Redis too: the completion, which decodes `parent` in Lua, and the next reader see it.
+      expect(await redis.hgetall(jobKey)).toEqual(expected);
+    },
+  );
+
+  it('leaves a job hash as it is where the option is off (the add)', async () => {
+    await redis.hset(jobKey, { data: '{"v":1}', opts: '{"cut' });
+    await redis.eval(withoutEventsStream(take), 1, jobKey, 'job-7');
+    expect(await redis.hget(jobKey, 'opts')).toBe('{"cut');
   });
 });
