@@ -235,6 +235,8 @@ export function parseSimRequest(
   servedModel: string,
   maxModelLen: number,
   policy: 'fcfs' | 'priority' = 'fcfs',
+  /** A name this engine does not serve yet: true once a LoRA resolver loaded it. */
+  resolve: (model: string) => boolean = () => false,
 ): SimRequest {
   if (!isObject(body)) throw new SimRequestError(400, 'request body must be a JSON object');
   // vLLM serves its own model when the request names none: `model: str | None = None` in
@@ -244,7 +246,9 @@ export function parseSimRequest(
   if (named !== undefined && named !== null && typeof named !== 'string')
     throw new SimRequestError(400, 'model must be a string', 'model');
   const model = named === undefined || named === null || named === '' ? servedModel : named;
-  if (model !== servedModel)
+  // vLLM asks its LoRA resolvers for a name it does not serve before answering 404
+  // (`_check_model`, vllm/entrypoints/openai/engine/serving.py).
+  if (model !== servedModel && !resolve(model))
     throw new SimRequestError(404, `The model \`${model}\` does not exist.`, 'model');
   const stream = optionalBoolean(body, 'stream');
   const streamOptions = body['stream_options'];

@@ -28,6 +28,12 @@ export interface SimOptions extends EngineProfile {
    * during a step takes effect after it. Off: the gauges are read live.
    */
   metricsPerStep: boolean;
+  /**
+   * Comma-separated LoRA adapter names a resolver plugin would find: the first request naming
+   * one loads it (then `/v1/models` lists it), as vLLM does with VLLM_ALLOW_RUNTIME_LORA_UPDATING
+   * and a resolver; any other unknown name is answered 404.
+   */
+  loraResolverAdapters?: string;
 }
 
 export class SimConfigError extends Error {
@@ -232,6 +238,13 @@ const specs: OptionSpec[] = [
     key: 'apiKey',
     kind: 'secret',
     help: '/v1/* requests need Authorization: Bearer <key> (else 401), as vLLM --api-key',
+  },
+  {
+    flag: 'lora-resolver-adapters',
+    env: 'SIM_LORA_RESOLVER_ADAPTERS',
+    key: 'loraResolverAdapters',
+    kind: 'string',
+    help: 'comma-separated LoRA adapter names a resolver plugin finds: loaded (and listed) at the first request naming one, as vLLM with VLLM_ALLOW_RUNTIME_LORA_UPDATING',
   },
 ];
 

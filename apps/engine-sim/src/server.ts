@@ -119,6 +119,19 @@ export function createEngineSim(options: SimOptions): EngineSim {
   const metrics = createMetricsRenderer(engine);
   const errorShare = new ShareCounter();
   const created = Math.floor(engine.clock.startedAtEpoch);
+  // What the LoRA resolver can find, and what it has loaded (listed from then on).
+  const resolvable = new Set(
+    (options.loraResolverAdapters ?? '')
+      .split(',')
+      .map((name) => name.trim())
+      .filter((name) => name !== ''),
+  );
+  const loadedAdapters = new Set<string>();
+  const resolveAdapter = (name: string): boolean => {
+    if (!resolvable.has(name)) return false;
+    loadedAdapters.add(name);
+    return true;
+  };
   // Ids of the last requests the engine accepted, so tests can prove nothing ran twice.
   const received: ReceivedRequest[] = [];
   let receivedTotal = 0;
@@ -166,6 +179,7 @@ export function createEngineSim(options: SimOptions): EngineSim {
         options.model,
         options.maxModelLen,
         options.schedulingPolicy,
+        resolveAdapter,
       );
       if (errorShare.take(faults.errorRate))
         return reply
@@ -291,6 +305,8 @@ export function createEngineSim(options: SimOptions): EngineSim {
   app.post('/v1/chat/completions', completion('chat'));
   app.post('/v1/completions', completion('completion'));
 
+  // Adapters as vLLM lists them once loaded: `parent` is the base model, `root` the adapter's
+  // path (`show_available_models`, vllm/entrypoints/openai/models/serving.py).
   app.get('/v1/models', async () => ({
     object: 'list',
     data: [
@@ -303,6 +319,14 @@ export function createEngineSim(options: SimOptions): EngineSim {
         parent: null,
         max_model_len: options.maxModelLen,
       },
+      ...[...loadedAdapters].map((id) => ({
+        id,
+        object: 'model',
+        created,
+        owned_by: 'vllm',
+        root: `/adapters/${id}`,
+        parent: options.model,
+      })),
     ],
   }));
 

@@ -58,6 +58,7 @@ const POOL_KEYS = [
   'engines',
   'degradation',
   'longPrompts',
+  'loraResolver',
 ] as const;
 const ENGINE_KEYS = ['url', 'name', 'maxInflight', 'apiKey', 'lane'] as const;
 const LONG_PROMPT_KEYS = [
@@ -228,6 +229,8 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
   };
   const poolAt = new Map<string, string>();
   const urlAt = new Map<string, string>();
+  /** The pool whose engines resolve unknown names (`loraResolver`): one at most. */
+  let resolverAt: string | undefined;
   const engineAt = new Map<string, string>();
 
   const pools: PoolConfig[] = [];
@@ -313,6 +316,14 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
           `at least one engine with lane any or ${wanted} (${wanted} prompts would have nowhere to go)`,
         );
     const longPrompts = readLongPrompts(check, pool, path, defaults.longPrompts);
+    const loraResolver = check.optional(pool, 'loraResolver', path, bool) === true;
+    if (loraResolver && resolverAt !== undefined)
+      throw check.invalid(
+        `${path}.loraResolver`,
+        true,
+        `true in one pool at most (already at ${resolverAt}: a name routed nowhere else can go to one pool only)`,
+      );
+    if (loraResolver) resolverAt = `${path}.loraResolver`;
 
     pools.push({
       name,
@@ -322,6 +333,7 @@ export function readPoolFile(file: string, text: string, defaults: FileDefaults)
       maxParkSeconds: maxParkSeconds ?? defaults.maxParkSeconds,
       degradation: copyDegradation(degradation.config),
       longPrompts,
+      ...(loraResolver ? { loraResolver: true as const } : {}),
     });
   });
 

@@ -26,6 +26,15 @@ export interface Router {
    * client's to say.
    */
   readonly unnamed: Route | undefined;
+  /**
+   * Where a named model that `route` does not know goes: the pool whose engines load LoRA
+   * adapters on first use (`loraResolver`). vLLM asks its resolvers for a name it does not
+   * serve, with VLLM_ALLOW_RUNTIME_LORA_UPDATING, and answers 404 when none finds it
+   * (`_check_model` in vllm/entrypoints/openai/engine/serving.py, `resolve_lora` in
+   * vllm/entrypoints/openai/models/serving.py); once loaded, the adapter is listed and routed
+   * by name (the gateway's discovery.ts). Undefined without such a pool: Sluice answers 404.
+   */
+  readonly resolver: Route | undefined;
 }
 
 /**
@@ -61,7 +70,8 @@ export function createRouter(config: SluiceConfig): Router {
   // Known before the pool's model names are (discovery): the pool is the same either way.
   const unnamed =
     poolRoutes.length === 1 && config.passthrough.length === 0 ? poolRoutes[0] : undefined;
-  return { route: (model) => routes.get(model), unnamed };
+  const resolver = poolRoutes.find((route) => route.pool.loraResolver === true);
+  return { route: (model) => routes.get(model), unnamed, resolver };
 }
 
 interface Lookup {

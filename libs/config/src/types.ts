@@ -48,6 +48,11 @@ export interface PoolConfig {
   degradation: DegradationConfig;
   /** Long prompts' share of the engines, one prefill at a time, KV fit, aging. */
   longPrompts: LongPromptConfig;
+  /**
+   * The engines load LoRA adapters on first use (a vLLM LoRA resolver plugin): a model name
+   * routed nowhere else comes here, for the engine to resolve or answer 404. One pool at most.
+   */
+  loraResolver?: true;
 }
 
 /** A load reading that can drive degradation: KV-cache usage, GPU utilization, queue pressure. */

@@ -102,6 +102,29 @@ pools:
     );
   });
 
+  it('reads loraResolver, in one pool at most', () => {
+    expect(loadFile(pool('    loraResolver: true\n')).pools[0]!.loraResolver).toBe(true);
+    expect(loadFile(pool('    loraResolver: false\n')).pools[0]).not.toHaveProperty('loraResolver');
+    expect(loadFile(pool()).pools[0]).not.toHaveProperty('loraResolver');
+    expect(() => loadFile(pool('    loraResolver: "on"\n'))).toThrow(
+      'pools[0].loraResolver="on" is invalid: expected true or false',
+    );
+    const two = `
+pools:
+  - name: a
+    models: [a]
+    loraResolver: true
+    engines: [{url: "http://vllm-0:8000"}]
+  - name: b
+    models: [b]
+    loraResolver: true
+    engines: [{url: "http://vllm-1:8000"}]
+`;
+    expect(configError(() => loadFile(two)).message).toBe(
+      '/etc/sluice.yaml: pools[1].loraResolver=true is invalid: expected true in one pool at most (already at pools[0].loraResolver: a name routed nowhere else can go to one pool only)',
+    );
+  });
+
   it('reads a real file from disk by default', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
     try {
@@ -132,7 +155,7 @@ describe('SLUICE_CONFIG: errors name the file and the path', () => {
       'a typo in a pool key',
       pool('    queueDepht: 3\n'),
       'pools[0].queueDepht',
-      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines, degradation, longPrompts',
+      '/etc/sluice.yaml: pools[0].queueDepht is not a known key: expected one of name, models, maxInflight, queueDepth, maxParkSeconds, engines, degradation, longPrompts, loraResolver',
     ],
     [
       'a typo in an engine key',

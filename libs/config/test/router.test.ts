@@ -47,6 +47,31 @@ describe('createRouter', () => {
       expect(router.route(model), model).toBeUndefined();
   });
 
+  it('sends a name routed nowhere to the pool that resolves LoRA adapters, if one does', () => {
+    expect(router.resolver).toBeUndefined();
+    const resolving = loadFile(`
+pools:
+  - name: base
+    models: [llama]
+    engines: [{url: "http://vllm-0:8000"}]
+  - name: adapters
+    models: [llama-lora]
+    loraResolver: true
+    engines: [{url: "http://vllm-1:8000"}]
+`);
+    const withResolver = createRouter(resolving);
+    expect(withResolver.resolver).toEqual({ kind: 'pool', pool: resolving.pools[1] });
+    // Named models still go where they are routed; the route is the pool's one object.
+    expect(withResolver.route('llama')?.kind === 'pool' && withResolver.route('llama')).toEqual({
+      kind: 'pool',
+      pool: resolving.pools[0],
+    });
+    expect(withResolver.resolver).toBe(withResolver.route('llama-lora'));
+    // Discovered names keep the pool's resolver.
+    const grown = withDiscoveredModels(resolving, 'adapters', ['llama-lora', 'customer-7']);
+    expect(createRouter(grown).resolver).toMatchObject({ pool: { name: 'adapters' } });
+  });
+
   it('sends a request without a model to the pool only when it is the one destination', () => {
     // Several pools and a pass-through backend: no answer, the request must name its model.
     expect(router.unnamed).toBeUndefined();

@@ -120,16 +120,20 @@ export async function completionRoutes(
     // body goes on as sent, so the engine picks it (Router.unnamed says where it goes).
     const named = peeked.model === undefined || peeked.model === '' ? undefined : peeked.model;
     const router = routing.router;
-    const route = named === undefined ? router.unnamed : router.route(named);
-    // Configured, when routed: the only model strings that become label values. A request
-    // without one is labelled with its pool's first model (the one vLLM serves it with, for a
-    // discovered pool), `unknown` while that is not known yet.
+    const routed = named === undefined ? router.unnamed : router.route(named);
+    // A name routed nowhere goes to the pool whose engines resolve LoRA adapters, if one does
+    // (Router.resolver), once the pools' names are known: a name listed later may be another's.
+    const route = routed ?? (named !== undefined && routing.known ? router.resolver : undefined);
+    // Configured, when routed: the only model strings that become label values (a name left
+    // to the resolver is not: any client could make up names). A request without one is
+    // labelled with its pool's first model (the one vLLM serves it with, for a discovered
+    // pool), `unknown` while that is not known yet.
     const model =
       named === undefined
         ? route?.kind === 'pool'
           ? (route.pool.models[0] ?? UNKNOWN_MODEL)
           : UNKNOWN_MODEL
-        : modelLabel(named, route !== undefined);
+        : modelLabel(named, routed !== undefined);
     const stream = peeked.stream === true;
     const refuseRead = (r: Refusal, pool?: string) => refuse(reply, model, r, pool, stream);
     if (!route && named === undefined) {
