@@ -57,7 +57,10 @@ const MAX_TOKENS = 16;
  */
 const DECODE_SECONDS = Number(process.env['BENCH_FAIRNESS_DECODE_SECONDS'] ?? '0.0012');
 const SAMPLE_MS = 100;
-const KEYS = { light: 'sk-light-bench-fairness', heavy: 'sk-heavy-bench-fairness' };
+const KEYS = {
+  light: 'sk-light-bench-fairness-01234567',
+  heavy: 'sk-heavy-bench-fairness-01234567',
+};
 
 type Tenant = 'light' | 'heavy';
 type RunKey = 'alone' | 'fair' | 'fifo';

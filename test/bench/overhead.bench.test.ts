@@ -405,7 +405,7 @@ const BREAKDOWN_REQUESTS = 300;
  */
 async function withTenants(figures: Figure[], notes: string[]) {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-overhead-tenants-'));
-  const keys = ['sk-overhead-alpha', 'sk-overhead-beta'];
+  const keys = ['sk-overhead-alpha-0123456789abcd', 'sk-overhead-beta-0123456789abcde'];
   const config = join(dir, 'sluice.yaml');
   writeFileSync(
     config,

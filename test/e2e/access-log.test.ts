@@ -23,7 +23,7 @@ import {
   untilReady,
 } from '../support/index.ts';
 
-const KEY = 'sk-alpha-access-log-9c1d2e';
+const KEY = 'sk-alpha-access-log-9c1d2e-01234';
 // Text that exists only in this test's requests, and so may appear in no log line.
 const MARKER = 'PROMPT-MARKER-access-log-5e7a';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;

@@ -29,9 +29,9 @@ import {
 } from '../support/index.ts';
 
 const KEYS = {
-  alpha: 'sk-alpha-abandoned-test',
-  beta: 'sk-beta-abandoned-test',
-  gamma: 'sk-gamma-abandoned-test',
+  alpha: 'sk-alpha-abandoned-test-01234567',
+  beta: 'sk-beta-abandoned-test-012345678',
+  gamma: 'sk-gamma-abandoned-test-01234567',
 };
 type Tenant = keyof typeof KEYS;
 const keys = keySpace('sluice');

@@ -19,8 +19,8 @@ import {
   type TestRedis,
 } from '../support/index.ts';
 
-const ALPHA_KEY = 'sk-alpha-fair-share-test';
-const BETA_KEY = 'sk-beta-fair-share-test';
+const ALPHA_KEY = 'sk-alpha-fair-share-test-0123456';
+const BETA_KEY = 'sk-beta-fair-share-test-01234567';
 
 let redis: TestRedis;
 let sim: TestEngineSim;

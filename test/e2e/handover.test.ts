@@ -28,7 +28,10 @@ const CONNECTIONS = 64;
 const PER_CONNECTION = 8;
 // Each answer takes a few engine steps: the four slots stay full while the queue backs up.
 const SIM_ARGS = ['--max-num-seqs', '64', '--step-overhead-seconds', '0.002'];
-const KEYS = { alpha: 'sk-alpha-handover-test', beta: 'sk-beta-handover-test' };
+const KEYS = {
+  alpha: 'sk-alpha-handover-test-012345678',
+  beta: 'sk-beta-handover-test-0123456789',
+};
 
 interface Deployment {
   sim: TestEngineSim;

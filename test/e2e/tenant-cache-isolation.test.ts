@@ -23,8 +23,8 @@ import {
   type TestRedis,
 } from '../support/index.ts';
 
-const ALPHA_KEY = 'sk-alpha-cache-9a41e7';
-const BETA_KEY = 'sk-beta-cache-02d6bf';
+const ALPHA_KEY = 'sk-alpha-cache-9a41e7-0123456789';
+const BETA_KEY = 'sk-beta-cache-02d6bf-0123456789a';
 
 let redis: TestRedis;
 let sim: TestEngineSim;

@@ -25,7 +25,10 @@ import {
   type TestRedis,
 } from '../support/index.ts';
 
-const KEYS = { alpha: 'sk-alpha-redis-stop-test', beta: 'sk-beta-redis-stop-test' };
+const KEYS = {
+  alpha: 'sk-alpha-redis-stop-test-0123456',
+  beta: 'sk-beta-redis-stop-test-01234567',
+};
 const PER_TENANT = 12;
 
 let redis: TestRedis;

@@ -23,8 +23,8 @@ import {
   untilReady,
 } from '../support/index.ts';
 
-const ALPHA_KEY = 'sk-alpha-7f3c9e21d4b8a605';
-const BETA_KEY = 'sk-beta-1b6e0d94c2a7f358';
+const ALPHA_KEY = 'sk-alpha-7f3c9e21d4b8a605-012345';
+const BETA_KEY = 'sk-beta-1b6e0d94c2a7f358-0123456';
 const ENGINE_KEY = 'engine-secret';
 const BACKEND_KEY = 'backend-secret-5d21';
 // Text that exists only in this test's requests, and so may appear in no log line.

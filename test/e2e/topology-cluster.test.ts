@@ -251,7 +251,10 @@ describe('two pools on a cluster', () => {
   // `{pool-chat}` hashes to slot 3499 (the first master's range), `{pool-code}` to 13790 (the
   // third's): the hash tags differ, so the pools land on different masters.
   const pools = ['chat', 'code'] as const;
-  const TENANT_KEYS = { alpha: 'sk-cluster-alpha', beta: 'sk-cluster-beta' };
+  const TENANT_KEYS = {
+    alpha: 'sk-cluster-alpha-0123456789abcde',
+    beta: 'sk-cluster-beta-0123456789abcdef',
+  };
   let sims: TestEngineSim[] = [];
   let dispatcher: SluiceProcess;
   let gateway: SluiceProcess;

@@ -20,7 +20,7 @@ import {
   type TestRedis,
 } from '../support/index.ts';
 
-const KEY = 'sk-alpha-vllm-compat-3c1d';
+const KEY = 'sk-alpha-vllm-compat-3c1d-012345';
 const ENGINE_KEY = 'engine-secret-vllm-compat';
 
 let redis: TestRedis;

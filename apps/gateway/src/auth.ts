@@ -4,6 +4,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import { keyDigest, type TenantConfig } from '@sluice/config';
 import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { AuthThrottle } from './auth-throttle.js';
 import { refusal, type Refusal } from './refuse.js';
 
 declare module 'fastify' {
@@ -34,6 +35,10 @@ const MALFORMED =
   'The Authorization header is not of the form "Bearer YOUR_KEY". You need to provide your API key in an Authorization header using Bearer auth.';
 // Never the key itself, not even a masked part of it: it may sit in a client's logs.
 const INCORRECT = 'Incorrect API key provided.';
+/** The one refusal of a key that was presented and is no tenant's: what the throttle counts. */
+const WRONG_KEY: Refusal = refusal('invalid_api_key', INCORRECT);
+const THROTTLED =
+  'Too many incorrect API keys from this address. Your key was not checked; retry after the time in Retry-After.';
 
 // vLLM's scheme check (case-insensitive `bearer`, one space); a key has no blanks.
 const BEARER = /^bearer +(\S+) *$/i;
@@ -60,10 +65,13 @@ export class TenantKeys {
     const hex = keyDigest(key);
     const entry = this.byDigest.get(hex);
     if (entry === undefined || !timingSafeEqual(entry.digest, Buffer.from(hex, 'hex')))
-      return refusal('invalid_api_key', INCORRECT);
+      return WRONG_KEY;
     return entry.tenant;
   }
 }
+
+/** Whether a refusal of `authenticate` is for a wrong key (not a missing or malformed one). */
+export const isWrongKey = (r: Refusal): boolean => r === WRONG_KEY;
 
 /** The highest priority a request may ask for: its tenant's, else SLUICE_MAX_PRIORITY. */
 export function priorityCap(tenant: TenantConfig | null, maxPriority: number): number {
@@ -76,19 +84,26 @@ export interface AuthOptions {
    * `/metrics` is then a 404, open as before); false (the default) keeps it behind the key.
    */
   metricsElsewhere?: boolean;
+  /**
+   * Wrong keys per client address (`request.ip`, see GATEWAY_TRUST_PROXY): an address past
+   * its limit gets 429 `auth_throttled` before its key is looked at. Absent: no throttle.
+   */
+  throttle?: AuthThrottle;
 }
 
 /**
  * Installs `request.tenant` and, with tenants, the key check: an `onRequest` hook on the root
  * instance, so it runs before the body is read, for every route and for unknown ones.
  * Register it before the routes. A refusal is a 401 `invalid_api_key` through `refuse`
- * (counted), with `WWW-Authenticate` as RFC 9110 asks of a 401.
+ * (counted), with `WWW-Authenticate` as RFC 9110 asks of a 401; with a `throttle`, an address
+ * past its wrong keys gets 429 `auth_throttled` with `Retry-After` instead, right key or not
+ * (answering a right key would tell the guesser it found one).
  */
 export function installAuth(
   app: FastifyInstance,
   tenants: readonly TenantConfig[] | undefined,
   refuse: (reply: FastifyReply, r: Refusal) => FastifyReply,
-  { metricsElsewhere = false }: AuthOptions = {},
+  { metricsElsewhere = false, throttle }: AuthOptions = {},
 ): void {
   app.decorateRequest('tenant', null);
   if (tenants === undefined) return;
@@ -96,9 +111,15 @@ export function installAuth(
   app.addHook('onRequest', async (request, reply) => {
     const path = request.url.split('?', 1)[0]!;
     if (OPEN_PATHS.has(path) || (metricsElsewhere && path === METRICS_PATH)) return;
+    // Fastify types it a string, but a socket already gone has no address.
+    const address = (request.ip as string | undefined) ?? '';
+    const wait = throttle?.retryAfter(address) ?? 0;
+    if (wait > 0) return refuse(reply, refusal('auth_throttled', THROTTLED, wait));
     const found = keys.authenticate(request.headers.authorization);
-    if ('reason' in found)
+    if ('reason' in found) {
+      if (throttle !== undefined && isWrongKey(found)) throttle.failed(address);
       return refuse(reply.header('www-authenticate', 'Bearer realm="sluice"'), found);
+    }
     request.tenant = found;
   });
 }

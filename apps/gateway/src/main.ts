@@ -23,6 +23,7 @@ import {
 import Fastify, { LogController, type FastifyReply } from 'fastify';
 import { isCompletionRequest, refusedEnd, requestEnded } from './access-log.js';
 import { installAuth } from './auth.js';
+import { AuthThrottle } from './auth-throttle.js';
 import { cacheSaltsFor } from './cache-salt.js';
 import { cancelPublisher } from './cancels.js';
 import { installCors } from './cors.js';
@@ -95,6 +96,9 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     // access log (access-log.ts) writes one line per completion request instead.
     logController: new LogController({ disableRequestLogging: true }),
     genReqId: (req) => requestId(req.headers[REQUEST_ID_HEADER]),
+    // `request.ip`, which the wrong-key throttle counts by: the connection's peer, or with
+    // GATEWAY_TRUST_PROXY the client those proxies name in X-Forwarded-For.
+    ...(loaded.http.trustProxy === undefined ? {} : { trustProxy: loaded.http.trustProxy }),
     bodyLimit: limits.maxBodyBytes,
     // Receiving a request is timed (headers and body); answering it is not: held requests
     // wait minutes. connectionTimeout, the socket's idle timeout, stays off for that reason:
@@ -200,8 +204,20 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   // With tenants, the API port's /metrics (every tenant's series) needs a key, unless
   // GATEWAY_METRICS_PORT serves it elsewhere (then the API port answers it 404).
   const metricsElsewhere = loaded.http.gatewayMetricsPort !== undefined;
+  const { authFailures } = loaded;
   installAuth(app, loaded.tenants, (reply, r) => refuse(reply, UNKNOWN_MODEL, r), {
     metricsElsewhere,
+    ...(authFailures.limit > 0 && {
+      throttle: new AuthThrottle(
+        {
+          limit: authFailures.limit,
+          windowMs: authFailures.windowSeconds * 1000,
+          maxAddresses: authFailures.maxAddresses,
+        },
+        // Monotonic: a clock set back must not lengthen a window.
+        () => performance.now(),
+      ),
+    }),
   });
   if (loaded.tenants !== undefined && !metricsElsewhere)
     log.warn(

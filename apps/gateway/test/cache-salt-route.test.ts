@@ -22,8 +22,8 @@ import { Routing } from '../src/routing.ts';
 import { acceptRawJson, completionRoutes } from '../src/routes/completions.ts';
 
 const keys = keySpace('sluice');
-const ALPHA_KEY = 'sk-alpha-3b9d';
-const BETA_KEY = 'sk-beta-71e0';
+const ALPHA_KEY = 'sk-alpha-3b9d-0123456789abcdef01';
+const BETA_KEY = 'sk-beta-71e0-0123456789abcdef012';
 
 let server: TestRedis;
 let redis: Redis;

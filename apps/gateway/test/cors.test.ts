@@ -18,7 +18,7 @@ import { startGateway, type Gateway } from '../src/main.ts';
 import { refusal, refusalBody, refusalHeaders, writeRefusal, type Refusal } from '../src/refuse.ts';
 import { installRequestId } from '../src/request-id.ts';
 
-const KEY = 'sk-cors-test-0001';
+const KEY = 'sk-cors-test-0001-0123456789abcd';
 const sha = (key: string) => createHash('sha256').update(key).digest('hex');
 const tenants: TenantConfig[] = [{ name: 'web', keySha256: [sha(KEY)], weight: 1, maxPriority: 0 }];
 const APP = 'https://chat.example.com';

@@ -3,7 +3,7 @@ export { describeVariables, VLLM_DEFAULT_MAX_NUM_SEQS } from './variables.js';
 export { ConfigError } from './errors.js';
 export { maskCredentials } from './rules.js';
 export { defaultDegradation } from './degradation.js';
-export { keyDigest } from './tenants.js';
+export { keyDigest, MIN_TENANT_KEY_LENGTH } from './tenants.js';
 export {
   createRouter,
   passthroughForModel,

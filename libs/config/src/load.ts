@@ -41,6 +41,7 @@ function checkRelay(vars: EnvValues): { livenessMs: number; silenceTimeoutMs: nu
 function httpConfig(vars: EnvValues): SluiceConfig['http'] {
   const port = vars.must('PORT');
   const gatewayMetricsPort = vars.get('GATEWAY_METRICS_PORT');
+  const trustProxy = vars.get('GATEWAY_TRUST_PROXY');
   if (gatewayMetricsPort !== undefined && gatewayMetricsPort !== 0 && gatewayMetricsPort === port)
     throw invalid(
       'GATEWAY_METRICS_PORT',
@@ -52,6 +53,7 @@ function httpConfig(vars: EnvValues): SluiceConfig['http'] {
     port,
     metricsPort: vars.must('METRICS_PORT'),
     ...(gatewayMetricsPort === undefined ? {} : { gatewayMetricsPort }),
+    ...(trustProxy === undefined ? {} : { trustProxy }),
   };
 }
 
@@ -197,6 +199,11 @@ export function loadConfig(
       allowedMethods: vars.must('GATEWAY_CORS_ALLOWED_METHODS'),
       allowedHeaders: vars.must('GATEWAY_CORS_ALLOWED_HEADERS'),
       allowCredentials: vars.must('GATEWAY_CORS_ALLOW_CREDENTIALS') === 'on',
+    },
+    authFailures: {
+      limit: vars.must('GATEWAY_AUTH_FAILURE_LIMIT'),
+      windowSeconds: vars.must('GATEWAY_AUTH_FAILURE_WINDOW_SECONDS'),
+      maxAddresses: vars.must('GATEWAY_AUTH_FAILURE_ADDRESSES'),
     },
     pools,
     passthrough,

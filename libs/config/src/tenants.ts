@@ -20,6 +20,19 @@ const rules = {
   maxQueued: integer(1),
 } as const;
 
+/**
+ * The shortest plain tenant key accepted. A key is the only thing between a stranger and the
+ * engines, so a short one is a configuration mistake (`test`, `a`) that becomes a guessable
+ * credential. 32 characters is 128 bits in hex, the least dense way keys are usually written
+ * (`openssl rand -hex 16`), so every random key of 128 bits or more passes whatever its
+ * encoding, while no word or phrase short enough to guess does. Length is not entropy: 32
+ * `a`s pass too; the check catches mistakes, not a poor generator. vLLM's `--api-key` has no
+ * minimum, but it guards one engine; here one key opens every pool. Digests
+ * (`apiKeySha256`) cannot be checked: the key behind one is not known here.
+ */
+export const MIN_TENANT_KEY_LENGTH = 32;
+const LONG_ENOUGH = `a key of at least ${MIN_TENANT_KEY_LENGTH} characters, random (e.g. sk-$(openssl rand -hex 24)): a short key can be guessed`;
+
 /** Lower-case hex SHA-256 of a key's UTF-8 bytes: what `sha256sum` prints for it. */
 export function keyDigest(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex');
@@ -108,6 +121,7 @@ export function readTenants(
         const at = `${path}.apiKeys[${k}]`;
         const key = shared.apiKey.fromValue(item);
         if (key === undefined) throw check.invalid(at, item, shared.apiKey.allowed);
+        if (key.length < MIN_TENANT_KEY_LENGTH) throw check.invalid(at, item, LONG_ENOUGH);
         const digest = keyDigest(key);
         claim(digest, at, key);
         keySha256.push(digest);

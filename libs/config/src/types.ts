@@ -183,9 +183,20 @@ export interface SluiceConfig {
     metricsPort: number;
     /** GATEWAY_METRICS_PORT: the gateway serves `/metrics` there instead of on `port`. */
     gatewayMetricsPort?: number;
+    /**
+     * GATEWAY_TRUST_PROXY: proxies whose `X-Forwarded-For` the gateway believes (Fastify's
+     * `trustProxy`); absent: the client address is the connection's peer.
+     */
+    trustProxy?: string[];
   };
   /** The gateway's answers to browsers' cross-origin requests. */
   cors: CorsConfig;
+  /**
+   * GATEWAY_AUTH_FAILURE_*: with tenants, an address that presented `limit` wrong keys within
+   * `windowSeconds` gets 429 `auth_throttled` until the window ends (per replica; `limit` 0:
+   * off); at most `maxAddresses` addresses are counted at once.
+   */
+  authFailures: { limit: number; windowSeconds: number; maxAddresses: number };
   pools: PoolConfig[];
   passthrough: PassthroughConfig[];
   /** Absent: no keys are asked for and every request is the anonymous tenant's. */

@@ -1,5 +1,6 @@
 // Every environment variable Sluice reads: one table, so names, defaults, validation and the
 // README / --help text cannot drift apart. Each variable is defined here exactly once.
+import { isIP } from 'node:net';
 import { hidden, invalid, show } from './errors.js';
 import {
   MAX_TIMER_MS,
@@ -110,6 +111,30 @@ function starOrList(
   };
   return { allowed, fromText, fromValue: (v) => (typeof v === 'string' ? fromText(v) : undefined) };
 }
+
+/** proxy-addr's names for ranges (Fastify's trustProxy): 127/8 and ::1, 169.254/16 and fe80::/10, 10/8, 172.16/12, 192.168/16 and fc00::/7. */
+const PROXY_RANGES = ['loopback', 'linklocal', 'uniquelocal'] as const;
+/** One proxy address (`10.0.0.7`, `::1`), a CIDR range (`10.0.0.0/8`) or a PROXY_RANGES name. */
+function proxyAddress(raw: string): string | undefined {
+  if ((PROXY_RANGES as readonly string[]).includes(raw)) return raw;
+  const [address = '', bits, ...more] = raw.split('/');
+  const family = isIP(address);
+  if (family === 0 || more.length > 0) return undefined;
+  if (bits === undefined) return raw;
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128) ? raw : undefined;
+}
+const proxyListText = (raw: string): string[] | undefined => {
+  const list = raw.split(',').map((part) => part.trim());
+  if (list.some((part) => proxyAddress(part) === undefined) || new Set(list).size !== list.length)
+    return undefined;
+  return list;
+};
+const proxyList: Rule<string[]> = {
+  allowed:
+    'a comma-separated list of proxy addresses, CIDR ranges or loopback, linklocal, uniquelocal, without duplicates, e.g. 10.0.0.0/8,127.0.0.1',
+  fromText: proxyListText,
+  fromValue: (value) => (typeof value === 'string' ? proxyListText(value) : undefined),
+};
 
 const httpOrigin = originUrl().fromText;
 /**
@@ -237,6 +262,27 @@ export const VARIABLES = {
   GATEWAY_CORS_ALLOW_CREDENTIALS: v(oneOf(SWITCH), {
     fallback: 'off',
     help: "Access-Control-Allow-Credentials: true on CORS answers (vLLM's --allow-credentials); with origins *, a preflight and a request with a Cookie get the request's own origin back, as Starlette does",
+  }),
+  // Failed key checks per client address (apps/gateway/src/auth-throttle.ts): in-process, so
+  // each replica counts its own.
+  GATEWAY_AUTH_FAILURE_LIMIT: v(integer(0), {
+    fallback: 20,
+    help: 'with tenants, wrong API keys one client address may present to a gateway replica within GATEWAY_AUTH_FAILURE_WINDOW_SECONDS; past them it gets 429 auth_throttled, its key not checked, until that window ends (each replica counts its own); 0 turns the throttle off',
+  }),
+  GATEWAY_AUTH_FAILURE_WINDOW_SECONDS: v(
+    decimal({ min: 0, exclusiveMin: true, max: MAX_TIMER_SECONDS }),
+    {
+      fallback: 60,
+      help: "the window of GATEWAY_AUTH_FAILURE_LIMIT, from an address's first wrong key; Retry-After says when it ends",
+    },
+  ),
+  GATEWAY_AUTH_FAILURE_ADDRESSES: v(integer(1), {
+    fallback: 100_000,
+    help: 'client addresses (IPv6: /64 prefixes) whose wrong keys a replica counts at once (11-14 MB at the default); past it the window that began first is dropped',
+  }),
+  GATEWAY_TRUST_PROXY: v(proxyList, {
+    defaultText: 'unset',
+    help: "proxies (an ingress, a load balancer) whose X-Forwarded-For names the client (Fastify's trustProxy); unset, the client address is the connection's peer, and behind a proxy every client shares the proxy's address, its wrong keys too (GATEWAY_AUTH_FAILURE_LIMIT)",
   }),
   VLLM_URL: v(shared.engineUrl, {
     defaultText: 'unset',

@@ -24,6 +24,10 @@ export const select: Record<VariableName, (config: SluiceConfig) => unknown> = {
   GATEWAY_CORS_ALLOWED_METHODS: (c) => c.cors.allowedMethods,
   GATEWAY_CORS_ALLOWED_HEADERS: (c) => c.cors.allowedHeaders,
   GATEWAY_CORS_ALLOW_CREDENTIALS: (c) => c.cors.allowCredentials,
+  GATEWAY_AUTH_FAILURE_LIMIT: (c) => c.authFailures.limit,
+  GATEWAY_AUTH_FAILURE_WINDOW_SECONDS: (c) => c.authFailures.windowSeconds,
+  GATEWAY_AUTH_FAILURE_ADDRESSES: (c) => c.authFailures.maxAddresses,
+  GATEWAY_TRUST_PROXY: (c) => c.http.trustProxy,
   VLLM_URL: (c) => c.pools[0]?.engines[0]?.url,
   VLLM_MODEL: (c) => c.pools[0]?.models,
   VLLM_API_KEY: (c) => c.pools[0]?.engines[0]?.apiKey,
@@ -121,6 +125,21 @@ export const bad: Record<VariableName, string[]> = {
   GATEWAY_CORS_ALLOWED_METHODS: ['post', 'GET,POST,GET', 'GET,*', 'GET POST', 'GET;POST'],
   GATEWAY_CORS_ALLOWED_HEADERS: ['authorization,Authorization', 'x a', 'x-a,*', 'x:y', 'a,'],
   GATEWAY_CORS_ALLOW_CREDENTIALS: ['true', 'yes', '1'],
+  GATEWAY_AUTH_FAILURE_LIMIT: ['-1', '1.5', '20/min', 'off'],
+  GATEWAY_AUTH_FAILURE_WINDOW_SECONDS: ['0', '-1', '60s', '2147484'],
+  GATEWAY_AUTH_FAILURE_ADDRESSES: ['0', '-1', '10k'],
+  GATEWAY_TRUST_PROXY: [
+    'true',
+    '*',
+    '10.0.0.0/33',
+    'fd00::/129',
+    '10.0.0.1,,10.0.0.2',
+    '10.0.0.1,10.0.0.1',
+    '10.0.0.0/8/8',
+    '10.0.0.0/x',
+    'proxy.example',
+    '300.1.1.1',
+  ],
   VLLM_URL: [
     'ftp://vllm:8000',
     'vllm:8000',
@@ -278,6 +297,23 @@ export const good: Record<
     ['OFF', false],
     // Starlette takes credentials with any origin: it echoes the origin where `*` will not do.
     ['on', true, { GATEWAY_CORS_ALLOWED_ORIGINS: '*' }],
+  ],
+  GATEWAY_AUTH_FAILURE_LIMIT: [
+    ['0', 0],
+    ['5', 5],
+  ],
+  GATEWAY_AUTH_FAILURE_WINDOW_SECONDS: [
+    ['0.5', 0.5],
+    ['3600', 3600],
+  ],
+  GATEWAY_AUTH_FAILURE_ADDRESSES: [
+    ['1', 1],
+    ['1000000', 1_000_000],
+  ],
+  GATEWAY_TRUST_PROXY: [
+    ['10.0.0.7', ['10.0.0.7']],
+    [' 10.0.0.0/8 , fd00::/8,::1 ', ['10.0.0.0/8', 'fd00::/8', '::1']],
+    ['loopback,uniquelocal', ['loopback', 'uniquelocal']],
   ],
   GATEWAY_METRICS_PORT: [
     ['9465', 9465],

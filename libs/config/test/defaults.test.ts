@@ -6,6 +6,7 @@ const DEFAULTS: SluiceConfig = {
   http: { host: '0.0.0.0', port: 8080, metricsPort: 9464 },
   // vLLM's defaults: --allowed-origins, --allowed-methods, --allowed-headers ["*"], no credentials.
   cors: { allowedOrigins: '*', allowedMethods: '*', allowedHeaders: '*', allowCredentials: false },
+  authFailures: { limit: 20, windowSeconds: 60, maxAddresses: 100_000 },
   pools: [],
   passthrough: [],
   tenantCacheSalt: true,

@@ -72,7 +72,7 @@ const decimals = names.flatMap((name) => {
 
 describe('properties of environment values', () => {
   it('finds the numeric variables', () => {
-    expect(integers).toHaveLength(21);
+    expect(integers).toHaveLength(23);
     expect(integers.map((v) => v.name)).toContain('ADMISSION_MAX_INFLIGHT');
     expect(decimals.map((v) => v.name).sort()).toEqual([
       'ADMISSION_FROZEN_GAUGES_SECONDS',
@@ -80,6 +80,7 @@ describe('properties of environment values', () => {
       'ADMISSION_LONG_AGING_SECONDS',
       'ADMISSION_LONG_MAX_SHARE',
       'ADMISSION_MAX_PARK_SECONDS',
+      'GATEWAY_AUTH_FAILURE_WINDOW_SECONDS',
       'GATEWAY_REQUEST_TIMEOUT_SECONDS',
       'SLUICE_REDIS_LOSS_GRACE_SECONDS',
       'SLUICE_SHUTDOWN_DRAIN_SECONDS',

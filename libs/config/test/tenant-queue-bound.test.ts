@@ -25,8 +25,8 @@ describe('SLUICE_CONFIG: a tenant maxQueued below the queue depth', () => {
     // The reported case: alpha may queue 20 in a pool of depth 8 (VLLM_MAX_QUEUE_DEPTH's default).
     const yaml = file(
       { main: null },
-      '  - { name: alpha, apiKeys: [ka], maxQueued: 20 }',
-      '  - { name: beta, apiKeys: [kb] }',
+      '  - { name: alpha, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: 20 }',
+      '  - { name: beta, apiKeys: [sk-test-kb-0123456789abcdef012345678] }',
     );
     const error = fileError(yaml);
     expect(error.variable).toBe('tenants[0].maxQueued');
@@ -37,8 +37,8 @@ describe('SLUICE_CONFIG: a tenant maxQueued below the queue depth', () => {
     const atDepth = fileError(
       file(
         { main: 4 },
-        '  - { name: a, apiKeys: [ka] }',
-        '  - { name: b, apiKeys: [kb], maxQueued: 4 }',
+        '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678] }',
+        '  - { name: b, apiKeys: [sk-test-kb-0123456789abcdef012345678], maxQueued: 4 }',
       ),
     );
     expect(atDepth.variable).toBe('tenants[1].maxQueued');
@@ -50,20 +50,35 @@ describe('SLUICE_CONFIG: a tenant maxQueued below the queue depth', () => {
     );
     // Depth from the environment.
     expect(
-      fileError(file({ main: null }, '  - { name: a, apiKeys: [ka], maxQueued: 8 }'), {
-        VLLM_MAX_QUEUE_DEPTH: '8',
-      }).variable,
+      fileError(
+        file(
+          { main: null },
+          '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: 8 }',
+        ),
+        {
+          VLLM_MAX_QUEUE_DEPTH: '8',
+        },
+      ).variable,
     ).toBe('tenants[0].maxQueued');
     expect(
-      bounds(file({ main: null }, '  - { name: a, apiKeys: [ka], maxQueued: 19 }'), {
-        VLLM_MAX_QUEUE_DEPTH: '20',
-      }),
+      bounds(
+        file(
+          { main: null },
+          '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: 19 }',
+        ),
+        {
+          VLLM_MAX_QUEUE_DEPTH: '20',
+        },
+      ),
     ).toEqual([19]);
   });
 
   it('checks against the shallowest pool: every tenant may use every pool', () => {
     const yaml = (q: number) =>
-      file({ deep: 100, shallow: 5 }, `  - { name: a, apiKeys: [ka], maxQueued: ${q} }`);
+      file(
+        { deep: 100, shallow: 5 },
+        `  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: ${q} }`,
+      );
     expect(bounds(yaml(4))).toEqual([4]);
     const error = fileError(yaml(50));
     expect(error.message).toContain(
@@ -73,7 +88,10 @@ describe('SLUICE_CONFIG: a tenant maxQueued below the queue depth', () => {
 
   it('allows no maxQueued with a pool of depth 1, saying what to change', () => {
     const error = fileError(
-      file({ main: 8, one: 1 }, '  - { name: a, apiKeys: [ka], maxQueued: 1 }'),
+      file(
+        { main: 8, one: 1 },
+        '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: 1 }',
+      ),
     );
     expect(error.variable).toBe('tenants[0].maxQueued');
     expect(error.message).toBe(
@@ -86,23 +104,31 @@ describe('SLUICE_CONFIG: a tenant maxQueued below the queue depth', () => {
       bounds(
         file(
           { deep: 100, shallow: 6 },
-          '  - { name: a, apiKeys: [ka] }',
-          '  - { name: b, apiKeys: [kb], maxQueued: 2 }',
-          '  - { name: c, apiKeys: [kc] }',
+          '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678] }',
+          '  - { name: b, apiKeys: [sk-test-kb-0123456789abcdef012345678], maxQueued: 2 }',
+          '  - { name: c, apiKeys: [sk-test-kc-0123456789abcdef012345678] }',
         ),
       ),
     ).toEqual([5, 2, 5]);
     // No default where no bound below the depth exists or nobody shares the queue.
     // One tenant competes only with itself.
-    expect(bounds(file({ main: 8 }, '  - { name: a, apiKeys: [ka] }'))).toEqual([undefined]);
+    expect(
+      bounds(file({ main: 8 }, '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678] }')),
+    ).toEqual([undefined]);
     // A pool of depth 1 leaves no room below it.
     expect(
-      bounds(file({ one: 1 }, '  - { name: a, apiKeys: [ka] }', '  - { name: b, apiKeys: [kb] }')),
+      bounds(
+        file(
+          { one: 1 },
+          '  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678] }',
+          '  - { name: b, apiKeys: [sk-test-kb-0123456789abcdef012345678] }',
+        ),
+      ),
     ).toEqual([undefined, undefined]);
     // No pools in the file: nothing to share yet.
     expect(
       loadFile(
-        'pools: []\ntenants:\n  - { name: a, apiKeys: [ka], maxQueued: 50 }\n  - { name: b, apiKeys: [kb] }\n',
+        'pools: []\ntenants:\n  - { name: a, apiKeys: [sk-test-ka-0123456789abcdef012345678], maxQueued: 50 }\n  - { name: b, apiKeys: [sk-test-kb-0123456789abcdef012345678] }\n',
       ).tenants!.map((t) => t.maxQueued),
     ).toEqual([50, undefined]);
   });

@@ -1,11 +1,11 @@
 // The YAML file's `tenants` list, pass-through `apiKey`, and GATEWAY_METRICS_PORT.
 import { createHash } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createRouter, loadConfig } from '../src/index.js';
+import { createRouter, loadConfig, MIN_TENANT_KEY_LENGTH } from '../src/index.js';
 import { configError, envError, fileError, loadFile } from './helpers.js';
 
 const sha = (key: string) => createHash('sha256').update(key).digest('hex');
-const ALPHA_KEY = 'sk-alpha-0123456789';
+const ALPHA_KEY = 'sk-alpha-0123456789abcdef0123456789';
 const BETA_DIGEST = sha('sk-beta-abcdef');
 
 /** A minimal valid file plus a `tenants:` block (given as YAML lines). */
@@ -29,14 +29,14 @@ describe('SLUICE_CONFIG: tenants', () => {
         '    maxPriority: 5',
         '  - name: beta.team_2',
         `    apiKeySha256: [${BETA_DIGEST.toUpperCase()}]`,
-        `    apiKeys: [sk-beta-second]`,
+        `    apiKeys: [sk-beta-second-0123456789abcdef0123]`,
       ),
     );
     expect(config.tenants).toEqual([
       { name: 'alpha', keySha256: [sha(ALPHA_KEY)], weight: 2, maxQueued: 5, maxPriority: 5 },
       {
         name: 'beta.team_2',
-        keySha256: [sha('sk-beta-second'), BETA_DIGEST],
+        keySha256: [sha('sk-beta-second-0123456789abcdef0123'), BETA_DIGEST],
         weight: 1,
         // Without its own: one below the pool's depth (VLLM_MAX_QUEUE_DEPTH's 8), see
         // tenant-queue-bound.test.ts.
@@ -54,7 +54,9 @@ describe('SLUICE_CONFIG: tenants', () => {
   });
 
   it('allows maxPriority up to SLUICE_MAX_PRIORITY, not above', () => {
-    const file = withTenants('  - { name: a, apiKeys: [k1], maxPriority: 50 }');
+    const file = withTenants(
+      '  - { name: a, apiKeys: [sk-test-k1-0123456789abcdef012345678], maxPriority: 50 }',
+    );
     expect(loadFile(file, { SLUICE_MAX_PRIORITY: '50' }).tenants![0]!.maxPriority).toBe(50);
     const error = fileError(file);
     expect(error.variable).toBe('tenants[0].maxPriority');
@@ -84,25 +86,30 @@ describe('SLUICE_CONFIG: tenants', () => {
     ],
     [
       'a missing name',
-      withTenants('  - { apiKeys: [k] }'),
+      withTenants('  - { apiKeys: [sk-test-k-0123456789abcdef0123456789] }'),
       'tenants[0].name',
       "/etc/sluice.yaml: tenants[0].name is missing: expected 1 to 63 letters, digits, '_', '.' or '-'",
     ],
     [
       'a bad name',
-      withTenants('  - { name: "team a", apiKeys: [k] }'),
+      withTenants('  - { name: "team a", apiKeys: [sk-test-k-0123456789abcdef0123456789] }'),
       'tenants[0].name',
       `/etc/sluice.yaml: tenants[0].name="team a" is invalid: expected 1 to 63 letters, digits, '_', '.' or '-'`,
     ],
     [
       'a duplicate name',
-      withTenants('  - { name: a, apiKeys: [k1] }', '  - { name: a, apiKeys: [k2] }'),
+      withTenants(
+        '  - { name: a, apiKeys: [sk-test-k1-0123456789abcdef012345678] }',
+        '  - { name: a, apiKeys: [sk-test-k2-0123456789abcdef012345678] }',
+      ),
       'tenants[1].name',
       '/etc/sluice.yaml: tenants[1].name="a" is invalid: expected a name not used by another tenant (tenants[0])',
     ],
     [
       'an unknown key',
-      withTenants('  - { name: a, apiKeys: [k], apikeys: [k2] }'),
+      withTenants(
+        '  - { name: a, apiKeys: [sk-test-k-0123456789abcdef0123456789], apikeys: [sk-test-k2-0123456789abcdef012345678] }',
+      ),
       'tenants[0].apikeys',
       '/etc/sluice.yaml: tenants[0].apikeys is not a known key: expected one of name, apiKeys, apiKeySha256, weight, maxQueued, maxPriority',
     ],
@@ -123,25 +130,29 @@ describe('SLUICE_CONFIG: tenants', () => {
     ],
     [
       'a weight of 0',
-      withTenants('  - { name: a, apiKeys: [k], weight: 0 }'),
+      withTenants('  - { name: a, apiKeys: [sk-test-k-0123456789abcdef0123456789], weight: 0 }'),
       'tenants[0].weight',
       '/etc/sluice.yaml: tenants[0].weight=0 is invalid: expected a number > 0',
     ],
     [
       'a fractional maxQueued',
-      withTenants('  - { name: a, apiKeys: [k], maxQueued: 1.5 }'),
+      withTenants(
+        '  - { name: a, apiKeys: [sk-test-k-0123456789abcdef0123456789], maxQueued: 1.5 }',
+      ),
       'tenants[0].maxQueued',
       '/etc/sluice.yaml: tenants[0].maxQueued=1.5 is invalid: expected an integer >= 1',
     ],
     [
       'a maxQueued of 0',
-      withTenants('  - { name: a, apiKeys: [k], maxQueued: 0 }'),
+      withTenants('  - { name: a, apiKeys: [sk-test-k-0123456789abcdef0123456789], maxQueued: 0 }'),
       'tenants[0].maxQueued',
       '/etc/sluice.yaml: tenants[0].maxQueued=0 is invalid: expected an integer >= 1',
     ],
     [
       'a negative maxPriority',
-      withTenants('  - { name: a, apiKeys: [k], maxPriority: -1 }'),
+      withTenants(
+        '  - { name: a, apiKeys: [sk-test-k-0123456789abcdef0123456789], maxPriority: -1 }',
+      ),
       'tenants[0].maxPriority',
       '/etc/sluice.yaml: tenants[0].maxPriority=-1 is invalid: expected an integer from 0 to 10 (SLUICE_MAX_PRIORITY)',
     ],
@@ -185,6 +196,44 @@ describe('SLUICE_CONFIG: tenants', () => {
       expect(error.message).not.toContain('secret');
       expect(error.message).not.toContain('1234567890');
     }
+  });
+});
+
+describe('SLUICE_CONFIG: a plain tenant key too short to be a credential', () => {
+  const LONG_ENOUGH =
+    'expected a key of at least 32 characters, random (e.g. sk-$(openssl rand -hex 24)): a short key can be guessed';
+
+  it.each(['a', 'test', 'sk-alpha', 'x'.repeat(31)])(
+    'refuses %j at load, naming where it is and its length, never the key',
+    (key) => {
+      const error = fileError(
+        withTenants(
+          `  - { name: a, apiKeys: [${ALPHA_KEY}] }`,
+          `  - { name: b, apiKeys: [${'y'.repeat(40)}, ${key}] }`,
+        ),
+      );
+      expect(error.variable).toBe('tenants[1].apiKeys[1]');
+      expect(error.message).toBe(
+        `/etc/sluice.yaml: tenants[1].apiKeys[1]=(hidden, ${key.length} characters) is invalid: ${LONG_ENOUGH}`,
+      );
+      expect(error.message).not.toContain(`=${key}`);
+      expect(error.message).not.toContain(`"${key}"`);
+    },
+  );
+
+  it('accepts 32 characters, MIN_TENANT_KEY_LENGTH', () => {
+    expect(MIN_TENANT_KEY_LENGTH).toBe(32);
+    const key = 'k'.repeat(MIN_TENANT_KEY_LENGTH);
+    expect(
+      loadFile(withTenants(`  - { name: a, apiKeys: [${key}] }`)).tenants![0]!.keySha256,
+    ).toEqual([sha(key)]);
+  });
+
+  it('cannot check a digest: the key behind it is unknown, so any well-formed digest loads', () => {
+    const weak = sha('test');
+    expect(
+      loadFile(withTenants(`  - { name: a, apiKeySha256: [${weak}] }`)).tenants![0]!.keySha256,
+    ).toEqual([weak]);
   });
 });
 

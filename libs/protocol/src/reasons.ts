@@ -71,6 +71,12 @@ export const refusalKinds = {
   tenant_queue_full: retry(429, 5),
   /** Missing or unknown `Authorization: Bearer` key (tenants configured). */
   invalid_api_key: invalid(401),
+  /**
+   * The client's address presented too many wrong keys (GATEWAY_AUTH_FAILURE_LIMIT within
+   * GATEWAY_AUTH_FAILURE_WINDOW_SECONDS): its key is not checked until the window ends, which
+   * `Retry-After` says.
+   */
+  auth_throttled: retry(429, 60),
 } as const satisfies Record<string, RefusalKind>;
 
 export type RejectReason = keyof typeof refusalKinds;

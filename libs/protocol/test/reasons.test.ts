@@ -20,6 +20,11 @@ describe('the refusal table', () => {
       status: 429,
       type: 'rate_limit_error',
     });
+    expect(refusal('auth_throttled', 'm', 42)).toMatchObject({
+      status: 429,
+      type: 'rate_limit_error',
+      retryAfter: 42,
+    });
     expect(refusal('invalid_api_key', 'm')).toMatchObject({
       status: 401,
       type: 'invalid_request_error',
