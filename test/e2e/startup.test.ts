@@ -65,7 +65,7 @@ describe('gateway start-up', () => {
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     expect(await readyz(url)).toEqual({
       status: 503,
-      body: { redis: false, leaders: {}, models: true },
+      body: { redis: false, replies: true, leaders: {}, models: true },
     });
     await expectRefused(await complete(url), 'redis_unavailable');
     // What is this replica's own (Kubernetes' readiness probe): it answers clients, with 503
@@ -83,7 +83,7 @@ describe('gateway start-up', () => {
     await eventually(async () => (await readyz(url)).body['redis'] === true, 'redis: true');
     expect(await readyz(url)).toEqual({
       status: 503,
-      body: { redis: true, leaders: { default: false }, models: true },
+      body: { redis: true, replies: true, leaders: { default: false }, models: true },
     });
     await expectRefused(await complete(url), 'no_leader');
 

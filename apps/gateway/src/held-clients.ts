@@ -1,7 +1,7 @@
 // Every client this replica holds, through what can go wrong around it: the reply
-// connection lost or Redis silent (redis-loss.ts), parked jobs gone from Redis or left in a
-// pool without a leader (parked-watch.ts), and a shutdown (drain.ts). Also the one admission
-// check those states imply for new requests.
+// connection lost, Redis silent or the reply subscriber deaf (redis-loss.ts), parked jobs gone
+// from Redis or left in a pool without a leader (parked-watch.ts), and a shutdown (drain.ts).
+// Also the one admission check those states imply for new requests.
 import type { FastifyBaseLogger } from 'fastify';
 import type { Redis } from '@sluice/redis';
 import { drain } from './drain.js';
@@ -11,6 +11,7 @@ import { ReplyLossWatch, type LossCause } from './redis-loss.js';
 import type { Passthrough } from './passthrough.js';
 import type { PoolQueue } from './pool-queue.js';
 import type { RedisAnswers } from './redis-probe.js';
+import type { ReplyHearing } from './reply-heartbeat.js';
 import { QUEUE_LOST_MESSAGE, refusal, type Refusal } from './refuse.js';
 import type { ReplyRouter } from './replies.js';
 
@@ -34,6 +35,8 @@ export interface HeldClientsOptions {
   subscriber: Redis;
   /** The probe's answers: Redis silent for the grace period is lost as a closed connection is. */
   answers?: RedisAnswers;
+  /** The reply-channel heartbeat: a subscriber deaf for the grace period is lost too. */
+  hearing?: ReplyHearing;
   redisLossGraceMs: number;
   drainMs: number;
   log: FastifyBaseLogger;
@@ -57,12 +60,14 @@ export class HeldClients {
     this.loss = new ReplyLossWatch(subscriber, {
       graceMs: options.redisLossGraceMs,
       answers: options.answers,
+      hearing: options.hearing,
       onLost: (cause) => this.redisLost(cause),
       onBack: (afterLoss) => this.redisBack(afterLoss),
     });
     this.parked = new ParkedWatch(redis, () => replies.held.values(), {
       intervalMs: options.parkedCheckMs ?? PARKED_CHECK_MS,
-      listening: () => this.loss.connected,
+      // Not while deaf either: a job served meanwhile is gone with its frames, as after an outage.
+      listening: () => this.loss.listening,
       onLost: (held) => {
         log.warn({ jobId: held.jobId }, 'parked job vanished from Redis');
         void held.abandon(refusal('queue_lost', QUEUE_LOST_MESSAGE), 'queue_lost')();
@@ -137,20 +142,23 @@ export class HeldClients {
     const held = [...this.options.replies.held.values()];
     this.options.log.warn(
       { held: held.length, graceSeconds: this.options.redisLossGraceMs / 1000, cause },
-      cause === 'closed'
-        ? 'reply connection lost past the grace period: answering held clients'
-        : 'redis not answering past the grace period: answering held clients',
+      LOST_MESSAGES[cause],
     );
-    for (const h of held)
-      this.orphans.push(
-        h.abandon(
-          refusal(
-            'redis_unavailable',
-            'queue unavailable (Redis unreachable); the request was not completed',
-          ),
+    const takeBacks = held.map((h) =>
+      h.abandon(
+        refusal(
           'redis_unavailable',
+          'queue unavailable (Redis unreachable); the request was not completed',
         ),
-      );
+        'redis_unavailable',
+      ),
+    );
+    // Deaf, Redis answers the command connection: the jobs are taken back now (removed, or
+    // cancelled: the dispatchers hear cancels on their own connections), not left running
+    // for nobody until this replica hears again.
+    if (cause === 'deaf' && this.options.redis.status === 'ready')
+      for (const takeBack of takeBacks) void takeBack();
+    else this.orphans.push(...takeBacks);
   }
 
   private redisBack(afterLoss: boolean): void {
@@ -165,6 +173,12 @@ export class HeldClients {
     void this.parked.check();
   }
 }
+
+const LOST_MESSAGES: Record<LossCause, string> = {
+  closed: 'reply connection lost past the grace period: answering held clients',
+  silent: 'redis not answering past the grace period: answering held clients',
+  deaf: 'reply channel deaf past the grace period (redis answers, no heartbeat comes back): answering held clients',
+};
 
 /** The pool whose queue holds `held`'s job: the one that names its job key so. */
 function poolOf(pools: ReadonlyMap<string, PoolQueue>, held: HeldRequest): PoolQueue | undefined {

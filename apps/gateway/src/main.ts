@@ -40,6 +40,7 @@ import { PoolQueue, readLeaders } from './pool-queue.js';
 import { RedisProbe } from './redis-probe.js';
 import { refusalBody, refusalHeaders, type Refusal } from './refuse.js';
 import { ReplicaHeartbeat } from './replica.js';
+import { deafAfterMs, ReplyHeartbeat } from './reply-heartbeat.js';
 import { processReplicaId } from './replica-id.js';
 import { ReplyRouter } from './replies.js';
 import { installRequestId, REQUEST_ID_HEADER, requestId } from './request-id.js';
@@ -136,7 +137,24 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   const probe = new RedisProbe(redis, (up) =>
     up ? log.info('redis answering') : log.warn('redis not answering'),
   );
-  const redisUp = () => connected && probe.up;
+  // The subscriber delivers too: a deaf one (reply-heartbeat.ts) refuses requests and /readyz
+  // as Redis unreachable does, for the same reason: no answer would reach this replica.
+  const hearing = new ReplyHeartbeat({
+    publisher: redis,
+    subscriber,
+    channel: keys.replyHeartbeatChannel(replicaId),
+    deafMs: deafAfterMs(limits.redisLossGraceSeconds * 1000, loaded.relay.silenceTimeoutMs),
+    answering: () => probe.up,
+    onDeaf: (silentMs) => {
+      metrics.replyChannelDeaf.inc();
+      log.warn(
+        { silentMs: Math.round(silentMs) },
+        'reply channel deaf (redis answers, no heartbeat comes back): subscriber reconnected',
+      );
+    },
+    onHeard: () => log.info('reply channel heard again'),
+  });
+  const redisUp = () => connected && probe.up && !hearing.deaf;
 
   const pools = new Map(
     loaded.pools.map((pool) => [
@@ -160,6 +178,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       log.warn({ jobId }, 'reply frames for a job this replica does not hold: job cancelled');
       publishCancel(jobId, reason);
     },
+    hearing,
   );
   const heartbeat = new ReplicaHeartbeat(
     redis,
@@ -182,6 +201,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     redis,
     subscriber,
     answers: probe,
+    hearing,
     redisLossGraceMs: limits.redisLossGraceSeconds * 1000,
     drainMs: limits.shutdownDrainSeconds * 1000,
     log,
@@ -263,6 +283,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     routing,
     cards,
     redisUp,
+    hearing: () => !hearing.deaf,
     pools,
     registry,
     draining: () => held.draining,
@@ -287,6 +308,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
   void (async () => {
     await Promise.all([redisReady(redis), redisReady(bull), redisReady(subscriber)]);
     await replies.start();
+    await hearing.start();
     await heartbeat.start();
     probe.start();
     connected = true;
@@ -330,6 +352,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
     closing = true;
     discovery.abort();
     replies.stop();
+    hearing.stop();
     await app.close();
     for (const conn of [redis, bull, subscriber]) conn.disconnect();
     throw err;
@@ -358,6 +381,7 @@ export async function startGateway(loaded: SluiceConfig): Promise<Gateway> {
       await drained;
       held.stop();
       probe.stop();
+      hearing.stop();
       replies.stop();
       // Every held and pass-through request is answered and idle connections are closed;
       // what is left are connections still sending a request, which get a second. The

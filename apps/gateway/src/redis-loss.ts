@@ -14,18 +14,33 @@
 // dispatcher), and a single slow PING, answered or timed out, fails nobody: the next one
 // answers well within the grace. The loss ends when the subscriber is ready and Redis
 // answers the probe again.
+//
+// A subscriber that stays `ready` and delivers nothing while Redis answers (a hung cluster
+// node under it, a half-open connection) is found by the reply-channel heartbeat
+// (reply-heartbeat.ts), and it is lost the same way too: deaf past the grace, counted from the
+// last heartbeat heard, as silence is counted from the last answer. Frames published to a
+// deaf subscriber are gone, so a held request cannot count on being completed; the heartbeat
+// recycles the subscriber first, well within the grace (deafAfterMs), and a request that did
+// lose a frame to a shorter deafness sees the gap as after a short outage. The loss ends when a heartbeat comes
+// back: a reconnect alone does not show that the new connection hears.
 import { performance } from 'node:perf_hooks';
 import type { Redis } from '@sluice/redis';
 import type { RedisAnswers } from './redis-probe.js';
+import type { ReplyHearing } from './reply-heartbeat.js';
 
-/** `closed`: the subscriber connection was down; `silent`: Redis did not answer the probe. */
-export type LossCause = 'closed' | 'silent';
+/**
+ * `closed`: the subscriber connection was down; `silent`: Redis did not answer the probe;
+ * `deaf`: Redis answered, and the subscriber delivered none of the heartbeats.
+ */
+export type LossCause = 'closed' | 'silent' | 'deaf';
 
 export interface ReplyLossOptions {
   graceMs: number;
   /** The probe's answers; without them only a closed connection counts. */
   answers?: RedisAnswers;
-  /** The clock of `answers.answeredAt` (default `performance.now`). */
+  /** The reply-channel heartbeat; without it a deaf subscriber is not seen. */
+  hearing?: ReplyHearing;
+  /** The clock of `answers.answeredAt` and `hearing.heardAt` (default `performance.now`). */
   now?: () => number;
   /** Redis has been lost for the grace period. */
   onLost(cause: LossCause): void;
@@ -45,10 +60,12 @@ const RECHECK_MS = 1500;
 export class ReplyLossWatch {
   private timer: NodeJS.Timeout | undefined;
   private silenceTimer: NodeJS.Timeout | undefined;
+  private deafTimer: NodeJS.Timeout | undefined;
   private lost = false;
   private readonly onDown = () => this.down();
   private readonly onReady = () => this.up();
   private readonly offAnswer: () => void;
+  private readonly offHearing: () => void;
   private readonly now: () => number;
 
   constructor(
@@ -59,6 +76,9 @@ export class ReplyLossWatch {
     for (const event of ['close', 'end', 'error'] as const) subscriber.on(event, this.onDown);
     subscriber.on('ready', this.onReady);
     this.offAnswer = options.answers?.onAnswer(() => this.answered()) ?? (() => {});
+    this.offHearing =
+      options.hearing?.onChange((deaf) => (deaf ? this.watchDeafness() : this.heard())) ??
+      (() => {});
     if (options.answers?.answeredAt !== undefined) this.watchSilence(options.graceMs);
   }
 
@@ -67,11 +87,19 @@ export class ReplyLossWatch {
     return this.subscriber.status === 'ready';
   }
 
+  /** Frames do arrive: the subscriber is ready and not deaf. */
+  get listening(): boolean {
+    return this.connected && !this.deaf;
+  }
+
   stop(): void {
     clearTimeout(this.timer);
     clearTimeout(this.silenceTimer);
     this.silenceTimer = undefined;
+    clearTimeout(this.deafTimer);
+    this.deafTimer = undefined;
     this.offAnswer();
+    this.offHearing();
     for (const event of ['close', 'end', 'error'] as const) this.subscriber.off(event, this.onDown);
     this.subscriber.off('ready', this.onReady);
   }
@@ -88,6 +116,11 @@ export class ReplyLossWatch {
     return left !== undefined && left <= 0;
   }
 
+  /** The heartbeat says the subscriber delivers nothing. */
+  private get deaf(): boolean {
+    return this.options.hearing?.deaf ?? false;
+  }
+
   private down(): void {
     if (this.connected || this.timer || this.lost) return;
     this.timer = setTimeout(() => {
@@ -100,14 +133,43 @@ export class ReplyLossWatch {
   private up(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    // Lost to silence: back once Redis answers the probe too, not at a reconnect alone.
-    if (this.lost && this.silent) return;
+    // Lost to silence: back once Redis answers the probe too, not at a reconnect alone; lost
+    // to deafness: once a heartbeat comes back.
+    if (this.lost && (this.silent || this.deaf)) return;
     this.back();
   }
 
   private answered(): void {
     if (!this.silenceTimer) this.watchSilence(this.options.graceMs);
-    if (this.lost && this.connected) this.back();
+    if (this.lost && this.connected && !this.deaf) this.back();
+  }
+
+  private heard(): void {
+    clearTimeout(this.deafTimer);
+    this.deafTimer = undefined;
+    if (this.lost && this.connected && !this.silent) this.back();
+  }
+
+  /**
+   * Deaf: lost at the grace after the last heartbeat heard, unless one comes back first. A
+   * timer this late is judged again as the silence timer is (the heartbeat may be waiting in
+   * the socket).
+   */
+  private watchDeafness(ms?: number): void {
+    if (this.lost || this.deafTimer) return;
+    const heardAt = this.options.hearing!.heardAt;
+    const wait = ms ?? Math.max(0, Math.ceil(heardAt + this.options.graceMs - this.now()));
+    const dueAt = this.now() + wait;
+    this.deafTimer = setTimeout(() => {
+      this.deafTimer = undefined;
+      if (this.lost || !this.deaf) return;
+      if (this.now() - dueAt > LATE_MS) return this.watchDeafness(RECHECK_MS);
+      const left = this.options.hearing!.heardAt + this.options.graceMs - this.now();
+      if (left > 0) return this.watchDeafness(Math.ceil(left));
+      // Deaf even while the recycled connection is still reconnecting: that is the cure's.
+      this.lose(this.silent ? 'silent' : 'deaf');
+    }, wait);
+    this.deafTimer.unref();
   }
 
   /**

@@ -1,6 +1,7 @@
 // This replica's reply channel: frames from the dispatcher, routed to held requests by
 // job id, and a watchdog that ends requests whose dispatcher went silent. Silence counts only
-// while the channel can carry frames: an outage of the connection itself is the business of
+// while the channel can carry frames: an outage of the connection itself, or a subscriber
+// that stays connected and delivers nothing (deaf: reply-heartbeat.ts), is the business of
 // the loss watch (redis-loss.ts), which answers with the reason that is true.
 //
 // A watchdog tick that comes more than one interval late ran after a stall of this gateway's
@@ -18,6 +19,7 @@
 import { decodeFrame, frameJobId, frameType, messageFrames, ProtocolError } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { HeldRequest } from './held-request.js';
+import type { ReplyHearing } from './reply-heartbeat.js';
 
 export class ReplyRouter {
   readonly held = new Map<string, HeldRequest>();
@@ -41,6 +43,8 @@ export class ReplyRouter {
     private readonly onBadFrame: (kind: 'undecodable' | 'unknown_job', detail: string) => void,
     /** Publishes a cancel for a job (cancels.ts). */
     private readonly cancel: (jobId: string, reason: string) => void,
+    /** The reply-channel heartbeat: no silence is judged while the subscriber is deaf. */
+    private readonly hearing?: ReplyHearing,
   ) {
     this.tickMs = Math.max(50, Math.floor(silenceTimeoutMs / 5));
     this.lastTickAt = now();
@@ -53,12 +57,18 @@ export class ReplyRouter {
     this.subscriber.on('messageBuffer', (channel: Buffer, message: Buffer) => {
       if (channel.toString() === this.channel) this.route(message);
     });
-    // Back from an outage: a dispatcher that kept its requests gets a full silence window.
-    this.subscriber.on('ready', () => {
-      const now = this.now();
-      for (const held of this.held.values()) held.lastFrameAt = Math.max(held.lastFrameAt, now);
+    // Back from an outage, or hearing again: a dispatcher that kept its requests gets a full
+    // silence window.
+    this.subscriber.on('ready', () => this.freshWindow());
+    this.hearing?.onChange((deaf) => {
+      if (!deaf) this.freshWindow();
     });
     await this.subscriber.subscribe(this.channel);
+  }
+
+  private freshWindow(): void {
+    const now = this.now();
+    for (const held of this.held.values()) held.lastFrameAt = Math.max(held.lastFrameAt, now);
   }
 
   stop(): void {
@@ -154,7 +164,7 @@ export class ReplyRouter {
   }
 
   private checkSilence(now: number): void {
-    if (this.subscriber.status !== 'ready') return;
+    if (this.subscriber.status !== 'ready' || this.hearing?.deaf) return;
     const cutoff = now - this.silenceTimeoutMs;
     for (const held of this.held.values())
       if (held.state === 'running' && held.lastFrameAt < cutoff) held.silent();

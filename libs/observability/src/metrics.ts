@@ -20,7 +20,10 @@ export interface GatewayReadings {
    * no series then. Must not reject: a failed reading would fail the whole scrape.
    */
   poolLeaders(): Promise<ReadonlyArray<readonly [pool: string, leader: boolean | undefined]>>;
-  /** Redis is connected and answering this replica's probe (requests are not refused for it). */
+  /**
+   * Redis is connected, answers this replica's probe and delivers its reply-channel heartbeat
+   * (requests are not refused for it).
+   */
   redisUp(): boolean;
 }
 
@@ -127,11 +130,18 @@ export function gatewayMetrics(registry: Registry, readings?: GatewayReadings) {
     // outage that refuses every request would show as series that vanish, and alert nothing.
     redisUp: new Gauge({
       name: 'sluice_redis_up',
-      help: "1 while this gateway's Redis connection is up and answers its probe, 0 while it refuses gated requests with redis_unavailable.",
+      help: "1 while this gateway's Redis connection is up, answers its probe and delivers its reply-channel heartbeat, 0 while it refuses gated requests with redis_unavailable.",
       registers,
       collect() {
         if (readings !== undefined) this.set(readings.redisUp() ? 1 : 0);
       },
+    }),
+    // Counted, not only read at the scrape: a deafness the recycle cures lasts a few seconds,
+    // shorter than a scrape interval, and sluice_redis_up would miss it.
+    replyChannelDeaf: new Counter({
+      name: 'sluice_reply_channel_deaf_total',
+      help: 'Times this gateway found its reply subscriber deaf (a heartbeat it published on its own channel, acknowledged by Redis, did not come back in time) and reconnected it.',
+      registers,
     }),
     heartbeats: new Counter({
       name: 'sluice_heartbeats_total',

@@ -44,6 +44,12 @@ export interface KeySpace {
   replicaAlive(replica: string): string;
   /** Pub/sub channel carrying reply frames to one gateway replica. */
   replyChannel(replica: string): string;
+  /**
+   * Pub/sub channel on which a gateway replica hears its own heartbeat: published through its
+   * command connection, subscribed on the same connection as its reply channel, so a
+   * subscriber that stays connected and delivers nothing shows (reply-heartbeat.ts).
+   */
+  replyHeartbeatChannel(replica: string): string;
   /** Pub/sub channel on which gateways ask the dispatcher to cancel a running job. */
   readonly cancelChannel: string;
   /**
@@ -98,6 +104,7 @@ export function keySpace(prefix = 'sluice'): KeySpace {
     },
     replicaAlive: (replica) => `${prefix}:{replicas}:${part('replica', replica)}`,
     replyChannel: (replica) => `${prefix}:reply:${part('replica', replica)}`,
+    replyHeartbeatChannel: (replica) => `${prefix}:reply-heartbeat:${part('replica', replica)}`,
     cancelChannel: `${prefix}:cancel`,
     controlChannel: `${prefix}:control`,
   };

@@ -150,6 +150,7 @@ describe('key space', () => {
     expect(k.poolStats('reasoning')).toBe('sluice:{pool-reasoning}:stats');
     expect(k.replicaAlive('gw-1')).toBe('sluice:{replicas}:gw-1');
     expect(k.replyChannel('gw-1')).toBe('sluice:reply:gw-1');
+    expect(k.replyHeartbeatChannel('gw-1')).toBe('sluice:reply-heartbeat:gw-1');
     expect(k.cancelChannel).toBe('sluice:cancel');
   });
 

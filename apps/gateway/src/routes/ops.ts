@@ -13,8 +13,10 @@ export interface OpsRoutesOptions {
   routing: Routing;
   /** The engines' own model cards, as far as this replica has read them. */
   cards: ModelCards;
-  /** Connected and answering (see RedisProbe). */
+  /** Connected, answering (see RedisProbe) and delivering replies (see ReplyHeartbeat). */
   redisUp(): boolean;
+  /** The reply subscriber delivers this replica's heartbeat (false: deaf, the reason). */
+  hearing?(): boolean;
   pools: ReadonlyMap<string, PoolQueue>;
   registry: Registry;
   /** True once the replica is shutting down: it must leave the load balancer at once. */
@@ -54,7 +56,8 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
   // versions, and the request names no model: it answers Sluice's own version, and says so.
   const version = sluiceVersion();
   app.get('/version', async () => ({ version, server: 'sluice' }));
-  // Ready: Redis answers, every pool has a leading dispatcher, and every model name is known.
+  // Ready: Redis answers (and delivers this replica's replies: `replies`), every pool has a
+  // leading dispatcher, and every model name is known.
   // `?scope=replica` asks only what is this replica's own: not draining. Redis, leaders and
   // engines are shared by every replica, so a Kubernetes readiness probe on the full answer
   // takes them all out of the Service at once, and clients get connection errors instead of
@@ -78,10 +81,11 @@ export async function opsRoutes(app: FastifyInstance, opts: OpsRoutesOptions): P
         ? (await readLeaders(pools, true)).map(([name, led]) => [name, led === true] as const)
         : [];
       const models = routing.known;
+      const replies = opts.hearing?.() ?? true;
       const ready = redis && models && leaders.every(([, ok]) => ok);
       return reply
         .code(ready ? 200 : 503)
-        .send({ redis, leaders: Object.fromEntries(leaders), models });
+        .send({ redis, replies, leaders: Object.fromEntries(leaders), models });
     },
   );
   if (opts.serveMetrics)
