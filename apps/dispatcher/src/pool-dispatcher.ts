@@ -5,11 +5,11 @@
 // holding.ts; the operator's mode (pause, drain) in pool-control.ts. The queue's BullMQ
 // global concurrency is set to the pool's total cap as a Redis-enforced backstop against two
 // processes that both believe they lead.
-import type { GatePolicy } from '@sluice/admission';
+import { pickEngine, type GatePolicy } from '@sluice/admission';
 import type { PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
-import { quietWorkerScripts, type Redis } from '@sluice/redis';
+import { COMMAND_TIMEOUT_MS, quietWorkerScripts, type Redis } from '@sluice/redis';
 import { Queue, type Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
@@ -28,6 +28,13 @@ import { PrefillRate, settlePending } from './prefill-tracker.js';
 import type { RelayHub } from './relay.js';
 import { queueProbe } from './queue-probe.js';
 import { ReleaseLoop } from './release-loop.js';
+import {
+  resetBlocking,
+  settlesWithin,
+  takeStallMs,
+  TakeWatchdog,
+  type TakeWatchView,
+} from './take-watchdog.js';
 import { limitedWarn } from './warn-limit.js';
 import type { ReplicaLiveness } from './replicas.js';
 
@@ -80,6 +87,11 @@ export class PoolDispatcher {
   private releasing = false;
   private closing = false;
   private timers: NodeJS.Timeout[] = [];
+  /** The take watchdog's episodes (take-watchdog.ts), its bound, and its queue reading. */
+  private readonly takeWatch = new TakeWatchdog();
+  private readonly takeStallMs: number;
+  private readonly probeWaiting: () => Promise<number>;
+  private watchingTakes = false;
 
   constructor(
     readonly pool: PoolConfig,
@@ -242,17 +254,32 @@ export class PoolDispatcher {
       // The reply path must be up too: a job released while the command connection is still
       // reconnecting (a SIGSTOP or a partition just ended) would run with its frames stuck,
       // and its gateway would take the finished, removed job for one Redis lost.
-      // A pause ends the loop like a lost lease: a job a blocked take still got goes back to
-      // the front of its priority (moveToWait), and a run that ends hands its slot to nobody.
-      mayTake: () =>
-        this.lease.isLeader &&
-        !this.closing &&
-        deps.redis.status === 'ready' &&
-        this.control.mode !== 'paused',
+      mayTake: () => this.mayTake(),
+      answered: () => this.takeWatch.answered(),
       log,
       now,
     });
+    // The watchdog counts waiting jobs on the command connection, bounded like its every
+    // command: a hung BullMQ connection is what it looks for.
+    this.probeWaiting = queueProbe(deps.redis, this.worker);
+    this.takeStallMs = takeStallMs(leaseTtlMs);
     this.setLoadMetrics();
+  }
+
+  /**
+   * Whether the release loop may take. The reply path must be up too: a job released while
+   * the command connection is still reconnecting (a SIGSTOP or a partition just ended) would
+   * run with its frames stuck, and its gateway would take the finished, removed job for one
+   * Redis lost. A pause ends the loop like a lost lease: a job a blocked take still got goes
+   * back to the front of its priority (moveToWait), and a run that ends hands its slot to nobody.
+   */
+  private mayTake(): boolean {
+    return (
+      this.lease.isLeader &&
+      !this.closing &&
+      this.deps.redis.status === 'ready' &&
+      this.control.mode !== 'paused'
+    );
   }
 
   get totalCap(): number {
@@ -281,6 +308,7 @@ export class PoolDispatcher {
       void this.control.refresh();
       void this.stats.publish();
       if (this.lease.isLeader) void this.fairShare?.flush();
+      void this.watchTakes();
     }, 1000);
     // The load signal is sampled at the scrape cadence, so the EMA weighs readings evenly.
     const load = setInterval(() => this.sampleLoad(), this.deps.scrape.intervalMs);
@@ -319,6 +347,72 @@ export class PoolDispatcher {
     if (!ended) await settleWithin(this.loop.stopped(), 1000);
     await settleWithin(this.queue.close(), 5000, redisAway);
     await Promise.all(this.engines.map((e) => Promise.all([e.client.close(), e.observer.stop()])));
+  }
+
+  private takeWatchView(): Omit<TakeWatchView, 'waiting'> {
+    const now = this.deps.now();
+    return {
+      now,
+      unansweredSince: this.loop.unansweredSince,
+      admits: pickEngine(this.engines, this.deps.policy, now) !== -1,
+      mayTake: this.mayTake(),
+      stallMs: this.takeStallMs,
+    };
+  }
+
+  /**
+   * The take watchdog's check, each stats tick; never rejects. Once the loop has gone a whole
+   * bound without an answer while the gate admits, the queue is read; with jobs waiting,
+   * BullMQ's connections are reset and the hung take is abandoned. The worker's blocking
+   * connection is reset always (it carries only the marker's BZPOPMIN), the shared one (every
+   * pool's: main.ts) only when a read of this pool's keys gets no answer on it within a
+   * command's bound. A reset connection resends what it had not had answered (ioredis): a job
+   * a resent take moves a second time (the first answer lost) is never run, it stays active
+   * under a lock nobody renews and the stalled check fails it. The loop then stops waiting for
+   * its take and takes again; a job the abandoned take still gets goes back to the queue
+   * (release-loop.ts `abandonTake`). Nothing in the ledger changes: the cap stays exact.
+   */
+  private async watchTakes(): Promise<void> {
+    if (this.watchingTakes || !this.takeWatch.due(this.takeWatchView())) return;
+    this.watchingTakes = true;
+    try {
+      let waiting: number;
+      try {
+        waiting = await this.probeWaiting();
+      } catch {
+        return; // Redis does not answer the command connection either: the loss paths act.
+      }
+      const view = { ...this.takeWatchView(), waiting };
+      const action = this.takeWatch.check(view);
+      if (!action.recover) return;
+      const { bullConnection, keys, metrics, log } = this.deps;
+      const pool = this.pool.name;
+      const sharedAnswers = await settlesWithin(
+        bullConnection.exists(keys.queueKey(pool, 'meta')),
+        COMMAND_TIMEOUT_MS,
+      );
+      if (action.first) {
+        metrics.takeStalls.inc({ pool });
+        log.warn(
+          {
+            pool,
+            waiting,
+            unansweredMs: view.now - view.unansweredSince!,
+            sharedConnection: sharedAnswers ? 'answering: kept' : 'not answering: reset',
+          },
+          "release loop stalled: jobs wait, the gate admits, and no take was answered; resetting BullMQ's connections and taking again",
+        );
+      }
+      if (!sharedAnswers) bullConnection.disconnect(true);
+      // Not waited for: it lasts until Redis answers, and the next check must not wait on it.
+      void resetBlocking(this.worker).catch((err: unknown) =>
+        log.warn({ pool, err }, "resetting the worker's blocking connection failed"),
+      );
+      this.loop.abandonTake();
+      this.loop.wake();
+    } finally {
+      this.watchingTakes = false;
+    }
   }
 
   /** The job's lock could not be extended: another dispatcher may run it; stop ours. */

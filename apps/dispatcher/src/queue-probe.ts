@@ -36,6 +36,18 @@ export function markDrained(worker: Worker): void {
 }
 
 /**
+ * Lets `worker`'s next blocking take wait on the marker again after the release loop abandoned
+ * a take hung in that wait (take-watchdog.ts): BullMQ blocks only while no wait of its own is
+ * out (worker.js `_getNextJob`, `this.waiting`), and goes straight to `moveToActive` otherwise,
+ * so every take would find the queue empty at once and the loop would spin. The hung wait
+ * clears the flag itself should it ever end. Should a BullMQ update rename the flag, the unit
+ * test that pins an abandoned take's successor blocking fails.
+ */
+export function forgetWait(worker: Worker): void {
+  (worker as unknown as { waiting: unknown }).waiting = null;
+}
+
+/**
  * Answers how many jobs wait in `queue` (held ones not counted), clearing BullMQ's wake-up
  * marker when none does. Defined on `conn` (BullMQ's connection) once.
  */

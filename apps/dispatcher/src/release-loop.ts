@@ -19,7 +19,7 @@ import { mayHandOver, recordOutcome, type RunOutcome } from './handover.js';
 import type { Holding } from './holding.js';
 import { sequencesOf, type InflightJob, type InflightLedger } from './ledger.js';
 import type { JobRunner } from './job-runner.js';
-import { markDrained } from './queue-probe.js';
+import { forgetWait, markDrained } from './queue-probe.js';
 
 export interface ReleaseLoopDeps {
   id: string;
@@ -37,6 +37,8 @@ export interface ReleaseLoopDeps {
   fairShare?: FairShare;
   /** Whether this dispatcher may take jobs now (it leads and is not closing). */
   mayTake: () => boolean;
+  /** A take or a handover's fetch had BullMQ's answer (take-watchdog.ts). */
+  answered?: () => void;
   log: { error(o: object, m: string): void };
   now: () => number;
 }
@@ -71,6 +73,16 @@ export class ReleaseLoop {
    * tenant, so each pick sees the charges of the ones before it.
    */
   private turn: Promise<unknown> = Promise.resolve();
+  /**
+   * Since when the loop has been taking without BullMQ's answer: set when a take starts and
+   * none is unanswered, cleared when one answers (a job or none) and while the loop does not
+   * take. A take that failed leaves it: the next one is still waiting for an answer.
+   */
+  private tryingSince: number | undefined;
+  /** When a handover's fetch last had BullMQ's answer: a sign of life of the queue's side. */
+  private handoverAnsweredAt: number | undefined;
+  /** Ends the take that is out as abandoned; set while one is. */
+  private giveUpTake: (() => void) | undefined;
 
   constructor(private readonly deps: ReleaseLoopDeps) {}
 
@@ -91,6 +103,33 @@ export class ReleaseLoop {
   async stopped(): Promise<void> {
     this.wake();
     await this.running;
+  }
+
+  /**
+   * Since when the loop has been waiting for an answer to a take (the last handover that
+   * answered counts as one); undefined while it does not take. For the take watchdog.
+   */
+  get unansweredSince(): number | undefined {
+    const since = this.tryingSince;
+    if (since === undefined || this.handoverAnsweredAt === undefined) return since;
+    return Math.max(since, this.handoverAnsweredAt);
+  }
+
+  /**
+   * The take watchdog found the take that is out hung: the loop stops waiting for it and takes
+   * again (after the pause of a failed take). Whatever the hung take still gets later goes back
+   * to the queue untouched, as a job taken after a lost lease does: nothing is placed from it,
+   * so the ledger and the cap are as they were. False when no take was out.
+   */
+  abandonTake(): boolean {
+    const giveUp = this.giveUpTake;
+    giveUp?.();
+    return giveUp !== undefined;
+  }
+
+  private answered(): void {
+    this.tryingSince = undefined;
+    this.deps.answered?.();
   }
 
   /** Something the gate reads changed, or the loop should check `mayTake`: look again. */
@@ -140,6 +179,7 @@ export class ReleaseLoop {
       // wake a blocked take (moveToFinished without fetchNext), so the take would sleep a
       // whole drainDelay. A promoted job waits at the head of the queue for the gate.
       if (!open) {
+        this.tryingSince = undefined;
         await this.waitForWake();
         continue;
       }
@@ -148,6 +188,7 @@ export class ReleaseLoop {
       if (taken === 'lost') break;
       if (taken === 'failed') await new Promise((r) => setTimeout(r, 200));
     }
+    this.tryingSince = undefined;
     metrics.gateOpen.set(poolLabel, 0);
   }
 
@@ -166,13 +207,27 @@ export class ReleaseLoop {
     const token = `${this.deps.id}:${(this.tokenCounter += 1)}`;
     let job: Job | undefined;
     const waited = (this.waitingForMarker = this.lastTakeEmpty);
+    this.tryingSince ??= this.deps.now();
+    const taking = worker.getNextJob(token, { block: true });
+    const abandoned = new Promise<'abandoned'>(
+      (resolve) => (this.giveUpTake = () => resolve('abandoned')),
+    );
     try {
-      job = await worker.getNextJob(token, { block: true });
+      const got = await Promise.race([taking, abandoned]);
+      if (got === 'abandoned') {
+        void taking.then((late) => late?.moveToWait(token)).catch(() => {});
+        // BullMQ would not block again while it counts the hung wait as its own.
+        forgetWait(worker);
+        return 'failed';
+      }
+      job = got;
+      this.answered();
     } catch (err) {
       if (!this.deps.mayTake()) return 'lost';
       this.deps.log.error({ err, pool: this.deps.pool.name }, 'getNextJob failed');
       return 'failed';
     } finally {
+      this.giveUpTake = undefined;
       this.waitingForMarker = false;
       fairShare?.taken(job?.id, waited);
     }
@@ -352,6 +407,10 @@ export class ReleaseLoop {
   /** Records the outcome in BullMQ, fetching the next job with `fetchNext`, then frees the slot. */
   private async record(entry: InflightJob, outcome: RunOutcome, fetchNext: boolean) {
     let next = await recordOutcome(this.deps.worker, entry, outcome, fetchNext);
+    if (fetchNext) {
+      this.handoverAnsweredAt = this.deps.now();
+      this.deps.answered?.();
+    }
     if (fetchNext) this.deps.fairShare?.taken(next?.id, false);
     // The lease went while BullMQ answered: the job goes back for the next leader, before
     // the slot is freed, so closing waits for the move (the ledger is not idle yet).

@@ -208,6 +208,12 @@ export function dispatcherMetrics(registry: Registry) {
       labelNames: ['pool'],
       registers,
     }),
+    takeStalls: new Counter({
+      name: 'sluice_take_stalls_total',
+      help: "Times the leader's release loop had jobs waiting and room under the cap but no take answered for the stall bound (BullMQ's longest block plus one lease TTL): BullMQ's connections were reset and the take abandoned. Counted once per episode.",
+      labelNames: ['pool'],
+      registers,
+    }),
     tenantQueued: new Gauge({
       name: 'sluice_tenant_queued',
       help: "A tenant's queued (not yet released) requests in the pool, held ones included; the leader's reading.",
