@@ -170,6 +170,8 @@ export class PoolDispatcher {
     // A standby says so from the start: SluiceNoLeader finds a pool whose leader died by
     // its standbys' 0s, not only once one of them has led.
     metrics.leader.set({ pool: name }, 0);
+    // At 0 from the start: an alert's increase() then sees the first stall (deploy/prometheus).
+    metrics.takeStalls.inc({ pool: name }, 0);
     this.control = new PoolControl({
       pool: name,
       key: keys.poolControl(name),
