@@ -179,7 +179,12 @@ describe('bad input at the gateway', () => {
   it('reports readiness: Redis reachable and a dispatcher leading', async () => {
     const res = await fetch(`${gateway.url}/readyz`);
     expect(res.status).toBe(200);
-    expect(await res.json()).toEqual({ redis: true, leaders: { default: true }, models: true });
+    expect(await res.json()).toEqual({
+      redis: true,
+      replies: true,
+      leaders: { default: true },
+      models: true,
+    });
   });
 
   it('counts and drops reply messages that do not decode, and keeps serving', async () => {
