@@ -28,13 +28,7 @@ import { PrefillRate, settlePending } from './prefill-tracker.js';
 import type { RelayHub } from './relay.js';
 import { queueProbe } from './queue-probe.js';
 import { ReleaseLoop } from './release-loop.js';
-import {
-  resetBlocking,
-  settlesWithin,
-  takeStallMs,
-  TakeWatchdog,
-  type TakeWatchView,
-} from './take-watchdog.js';
+import { resetBlocking, takeStallMs, TakeWatchdog, type TakeWatchView } from './take-watchdog.js';
 import { limitedWarn } from './warn-limit.js';
 import type { ReplicaLiveness } from './replicas.js';
 
@@ -389,7 +383,7 @@ export class PoolDispatcher {
       if (!action.recover) return;
       const { bullConnection, keys, metrics, log } = this.deps;
       const pool = this.pool.name;
-      const sharedAnswers = await settlesWithin(
+      const sharedAnswers = await settleWithin(
         bullConnection.exists(keys.queueKey(pool, 'meta')),
         COMMAND_TIMEOUT_MS,
       );

@@ -111,22 +111,6 @@ export class TakeWatchdog {
   }
 }
 
-/** Whether `command` settles, either way, within `ms` (it is not cancelled: it may settle later). */
-export async function settlesWithin(command: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      command.then(
-        () => true,
-        () => true,
-      ),
-      new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 /**
  * Interrupts the worker's blocking wait and brings its connection back, with BullMQ's own
  * calls for it (`disconnectBlocking`, `reconnectBlocking`): that connection carries nothing but
