@@ -12,54 +12,22 @@
 // to count only failures) and its count happens before the route knows the outcome, so every
 // successful request would pay a store increment and carry rate-limit headers. Here a request
 // with a right key costs one Map lookup (none while no address has failed), and is never slowed.
+import ipaddr from 'ipaddr.js';
 
 /** The client addresses counted as one: an IPv4 address, or an IPv6 /64 (one host's share). */
 export function clientKey(address: string): string {
   if (!address.includes(':')) return address.slice(0, 64);
-  // IPv4-mapped (`::ffff:10.0.0.1`, what a dual-stack listener reports for an IPv4 client).
-  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(address);
-  if (mapped) return mapped[1]!;
-  const zone = address.indexOf('%');
-  const prefix = ipv6Prefix64(zone === -1 ? address : address.slice(0, zone));
-  return prefix ?? address.slice(0, 64);
-}
-
-const HEX_GROUP = /^[0-9a-f]{1,4}$/i;
-
-/**
- * The first four groups of an IPv6 address in their shortest form (`2001:db8:0:1::/64`), or
- * undefined when they are not those of one. A client with a /64 (the usual share of one host
- * or home) holds 2^64 addresses: counted one by one, it would never be throttled. Only what
- * the prefix needs is read.
- */
-function ipv6Prefix64(address: string): string | undefined {
-  const gap = address.indexOf('::');
-  let groups: string[];
-  if (gap === -1) groups = address.split(':', 4);
-  else {
-    const head = gap === 0 ? [] : address.slice(0, gap).split(':');
-    if (head.length >= 4) groups = head;
-    else {
-      // `::` stands for as many zero groups as the eight lack; an IPv4 tail is two.
-      const rest = address.slice(gap + 2);
-      if (rest.includes('::')) return undefined;
-      const tail = rest === '' ? [] : rest.split(':');
-      const v4 = tail.length > 0 && tail[tail.length - 1]!.includes('.') ? 1 : 0;
-      const zeros = 8 - head.length - tail.length - v4;
-      if (zeros < 1) return undefined;
-      groups = [...head, ...Array<string>(zeros).fill('0'), ...tail];
-    }
-  }
-  if (groups.length < 4) return undefined;
-  let key = '';
-  for (let i = 0; i < 4; i++) {
-    const group = groups[i]!;
-    if (!HEX_GROUP.test(group)) return undefined;
-    let zeros = 0;
-    while (zeros < group.length - 1 && group.charCodeAt(zeros) === 48) zeros++;
-    key += `${group.slice(zeros).toLowerCase()}:`;
-  }
-  return `${key}:/64`;
+  // Parsed by ipaddr.js (what Fastify's trustProxy, through proxy-addr, parses addresses with):
+  // zone ids, `::` and embedded IPv4 included. Anything else is kept as it came, bounded.
+  if (!ipaddr.IPv6.isValid(address)) return address.slice(0, 64);
+  const parsed = ipaddr.IPv6.parse(address);
+  if (parsed.isIPv4MappedAddress()) return parsed.toIPv4Address().toString();
+  // A client with a /64 (the usual share of one host or home) holds 2^64 addresses: counted
+  // one by one, it would never be throttled.
+  return `${parsed.parts
+    .slice(0, 4)
+    .map((part) => part.toString(16))
+    .join(':')}::/64`;
 }
 
 export interface AuthThrottleOptions {
