@@ -177,7 +177,8 @@ async function runOnce(key: RunKey): Promise<Outcome> {
       SLUICE_DEGRADATION: 'off',
     };
     const processes: SluiceProcess[] = [await startDispatcher(env)];
-    for (let i = 0; i < GATEWAYS; i += 1) processes.push(await startGateway(env));
+    for (let i = 0; i < GATEWAYS; i += 1)
+      processes.push(await startGateway(env, { keepOutput: false }));
     stops.push(() => Promise.all(processes.map((p) => p.stop())));
     const targets = processes.slice(1).map((g) => g.url);
     for (const target of targets)

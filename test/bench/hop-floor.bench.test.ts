@@ -59,6 +59,7 @@ async function startFloor(floor: 'list' | 'bullmq', name: string): Promise<Path>
 
 beforeAll(async () => {
   stack = await startStack({
+    keepGatewayOutput: false,
     env: { ADMISSION_MAX_INFLIGHT: '64', VLLM_MAX_QUEUE_DEPTH: '100000' },
   });
   paths = [

@@ -179,7 +179,8 @@ async function deploy(key: SetupKey, engine: TestEngineSim): Promise<Deployment>
     ADMISSION_LONG_AGING_SECONDS: String(agingSeconds),
   };
   const processes: SluiceProcess[] = [await startDispatcher(env)];
-  for (let i = 0; i < REPLICAS; i += 1) processes.push(await startGateway(env));
+  for (let i = 0; i < REPLICAS; i += 1)
+    processes.push(await startGateway(env, { keepOutput: false }));
   const gateways = processes.slice(1);
   // Ready = Redis answers and the pool has a leader.
   for (const gateway of gateways)

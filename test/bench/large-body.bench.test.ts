@@ -27,6 +27,7 @@ beforeAll(async () => {
   for (const way of ways)
     stacks.push(
       await startStack({
+        keepGatewayOutput: false,
         env: { MAX_BODY_BYTES: String(2 * 1024 * 1024), ADMISSION_MAX_INFLIGHT: '4', ...way.env },
       }),
     );

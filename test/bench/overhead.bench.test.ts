@@ -99,6 +99,7 @@ beforeAll(async () => {
   // LOG_LEVEL stays at the harness's `info`: the harness waits for the info-level ready line.
   // On the request path only the gateway's access log writes at info, as it does by default.
   stack = await startStack({
+    keepGatewayOutput: false,
     env: { ADMISSION_MAX_INFLIGHT: '64', VLLM_MAX_QUEUE_DEPTH: '100000' },
   });
   ({ redis, sim, dispatcher, gateway, env } = stack);
@@ -423,7 +424,7 @@ async function withTenants(figures: Figure[], notes: string[]) {
   );
   const keyed = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
   dispatcher = await startDispatcher(keyed);
-  gateway = await startGateway(keyed);
+  gateway = await startGateway(keyed, { keepOutput: false });
   try {
     await untilReady(gateway);
     await Promise.all(keys.map((key) => load(gateway.url, 4, key)));
@@ -461,7 +462,7 @@ async function whereTheTimeGoes(result: ScenarioResult) {
     SLUICE_STAGE_FILE: join(dir, 'stages'),
   };
   dispatcher = await startDispatcher(traced);
-  gateway = await startGateway(traced);
+  gateway = await startGateway(traced, { keepOutput: false });
   await eventually(
     () =>
       once(gateway.url, false).then(

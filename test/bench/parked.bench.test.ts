@@ -37,6 +37,7 @@ const blocker = new AbortController();
 beforeAll(async () => {
   // 20 tokens/s: the blocker's 100,000 tokens outlast the scenario many times over.
   stack = await startStack({
+    keepGatewayOutput: false,
     sim: ['--decode-seconds-per-sequence', '0.05'],
     env: {
       ADMISSION_MAX_INFLIGHT: '1',

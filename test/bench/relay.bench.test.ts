@@ -30,6 +30,7 @@ let gateway: SluiceProcess;
 
 beforeAll(async () => {
   stack = await startStack({
+    keepGatewayOutput: false,
     sim: [
       ...['--max-num-seqs', String(STREAMS)],
       ...['--step-overhead-seconds', String(STEP_OVERHEAD_SECONDS)],

@@ -40,6 +40,26 @@ describe('test harness', () => {
     ).rejects.toThrow(/exited \(3\)[\s\S]*booting/);
   });
 
+  it('drains and drops what a process writes after its ready line when told to', async () => {
+    // 4 MiB after the ready line, many times a pipe's buffer: a reader that stopped reading
+    // would leave the child blocked in its write, and it would never exit.
+    const child = await startProcess({
+      command: process.execPath,
+      args: [
+        '-e',
+        `console.log('ready'); const line = 'x'.repeat(1023) + '\\n';
+         for (let i = 0; i < 4096; i++) process.stdout.write(line);
+         process.stderr.write('done\\n');`,
+      ],
+      ready: /^ready$/,
+      keepOutput: false,
+    });
+    expect(await child.closed).toEqual({ code: 0, signal: null });
+    expect(child.output).toEqual(['ready']);
+    expect(child.stderr).toEqual([]);
+    await expect(child.waitForLine(/done/)).rejects.toThrow(/output is not kept/);
+  });
+
   it('starts a whole stack that serves, and stops all of it', async () => {
     const stack = await startStack({ gateways: 2 });
     expect(stack.gateways).toHaveLength(2);

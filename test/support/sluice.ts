@@ -8,9 +8,16 @@ export interface SluiceProcess {
   stop(signal?: NodeJS.Signals): Promise<void>;
 }
 
+/** How the harness reads a Sluice process. */
+export interface SluiceProcessOptions {
+  /** false: the output after the ready line is drained, not kept (StartOptions.keepOutput). */
+  keepOutput?: boolean;
+}
+
 async function start(
   command: 'gateway' | 'dispatcher',
   env: Record<string, string>,
+  options: SluiceProcessOptions = {},
 ): Promise<SluiceProcess> {
   const proc = await startProcess({
     command: process.execPath,
@@ -20,13 +27,17 @@ async function start(
     // A ceiling for a loaded machine, not a speed: a gateway took over 20 s to print its ready
     // line at a load average of 19 on two cores.
     timeoutMs: 45_000,
+    keepOutput: options.keepOutput,
   });
   return { url: proc.ready[1]!, process: proc, stop: (signal) => proc.stop(signal) };
 }
 
 /** A gateway replica on a free port. */
-export function startGateway(env: Record<string, string>): Promise<SluiceProcess> {
-  return start('gateway', { PORT: '0', ...env });
+export function startGateway(
+  env: Record<string, string>,
+  options?: SluiceProcessOptions,
+): Promise<SluiceProcess> {
+  return start('gateway', { PORT: '0', ...env }, options);
 }
 
 /** A dispatcher whose metrics server listens on a free port. */

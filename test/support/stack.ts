@@ -13,6 +13,11 @@ export interface StackOptions {
   dispatchers?: number;
   /** Gateway replicas to start (default 1). */
   gateways?: number;
+  /**
+   * false: the gateways' output after their ready lines is drained, not kept (default true).
+   * For benchmarks, so that the load generator does not also read an access log line per request.
+   */
+  keepGatewayOutput?: boolean;
 }
 
 export interface Stack {
@@ -52,7 +57,9 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       started.push(dispatchers.at(-1)!);
     }
     const gateways = await Promise.all(
-      Array.from({ length: options.gateways ?? 1 }, () => startGateway(env)),
+      Array.from({ length: options.gateways ?? 1 }, () =>
+        startGateway(env, { keepOutput: options.keepGatewayOutput }),
+      ),
     );
     started.push(...gateways);
     const first = (list: SluiceProcess[], what: string) => {
