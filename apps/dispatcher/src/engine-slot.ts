@@ -195,19 +195,17 @@ function samplePrefillRate(
 }
 
 /**
- * Frozen gauges (libs/admission gate.ts): once a scrape finds them frozen, say so once for the
- * run of identical scrapes, and keep `sluice_engine_gauges_frozen` at 1 until a scrape reads
- * something else. Found at a scrape, with the scrape's time: the rule reads nothing else that
- * time changes, and the in-flight count it needs at 0 is the one the gate will see too unless a
- * release or completion comes first.
+ * Frozen gauges (libs/admission gate.ts), at a scrape: a new reading ends the episode the
+ * metric shows (back to 0, said once), and a run of identical scrapes that now counts as frozen
+ * starts one. Found with the scrape's time: the rule reads nothing else that time changes.
  */
 function checkFrozen(
   deps: ObservationDeps,
   engine: EngineSlot,
   gauges: NonNullable<EngineSlot['gauges']>,
 ): void {
-  const labels = { pool: deps.pool, engine: engine.name };
   if (engine.frozenSince !== undefined && engine.frozenSince !== gauges.unchangedSince) {
+    const labels = { pool: deps.pool, engine: engine.name };
     engine.frozenSince = undefined;
     deps.metrics.engineGaugesFrozen.set(labels, 0);
     deps.log.info(
@@ -215,8 +213,29 @@ function checkFrozen(
       'engine gauges moved again: normal gating',
     );
   }
-  if (engine.frozenSince !== undefined || !gaugesFrozen(engine, deps.policy, gauges.at)) return;
-  engine.frozenSince = gauges.unchangedSince;
+  if (gaugesFrozen(engine, deps.policy, gauges.at)) reportFrozen(deps, engine);
+}
+
+/** What reporting a frozen-gauges episode needs. */
+export interface FrozenReportDeps {
+  pool: string;
+  metrics: DispatcherMetrics;
+  log: { warn(o: object, m: string): void };
+}
+
+/**
+ * Says once per run of identical scrapes that `engine`'s gauges are frozen, and sets
+ * `sluice_engine_gauges_frozen` to 1 until a scrape reads something else (`checkFrozen`). Called
+ * where a scrape finds them frozen, and where the release loop lets the probe go: the in-flight
+ * count the rule needs at 0 can reach 0 between two scrapes (a run ends), and a probe released
+ * then may make the engine step before the next scrape, which would otherwise never see the
+ * episode. The caller has checked `gaugesFrozen`.
+ */
+export function reportFrozen(deps: FrozenReportDeps, engine: EngineSlot): void {
+  const gauges = engine.gauges;
+  if (engine.frozenSince !== undefined || gauges === undefined) return;
+  const labels = { pool: deps.pool, engine: engine.name };
+  engine.frozenSince = gauges.unchangedSince ?? gauges.at;
   deps.metrics.engineGaugesFrozen.set(labels, 1);
   deps.log.warn(
     {

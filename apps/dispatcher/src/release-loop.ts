@@ -5,6 +5,7 @@
 import {
   classify,
   gateDecision,
+  gaugesFrozen,
   pickEngine,
   releaseVerdict,
   type GatePolicy,
@@ -13,7 +14,7 @@ import type { PoolConfig } from '@sluice/config';
 import { markStage, type DispatcherMetrics } from '@sluice/observability';
 import { ProtocolError, validateJobPayload, type JobPayload } from '@sluice/protocol';
 import type { Job, Worker } from 'bullmq';
-import type { EngineSlot } from './engine-slot.js';
+import { reportFrozen, type EngineSlot } from './engine-slot.js';
 import type { FairShare } from './fair-share.js';
 import { mayHandOver, recordOutcome, type RunOutcome } from './handover.js';
 import type { Holding } from './holding.js';
@@ -39,7 +40,7 @@ export interface ReleaseLoopDeps {
   mayTake: () => boolean;
   /** A take or a handover's fetch had BullMQ's answer (take-watchdog.ts). */
   answered?: () => void;
-  log: { error(o: object, m: string): void };
+  log: { error(o: object, m: string): void; warn(o: object, m: string): void };
   now: () => number;
 }
 
@@ -360,6 +361,11 @@ export class ReleaseLoop {
    */
   private release(job: Job, token: string, { engine, payload, long }: Release): void {
     const { ledger, runner, fairShare, log } = this.deps;
+    // The probe of frozen gauges: nothing of ours was on the engine, so the rule's in-flight
+    // count may have reached 0 after the last scrape. Said here, or the probe may make the
+    // engine step before any scrape sees the episode.
+    if (engine.inflight === 0 && gaugesFrozen(engine, this.deps.policy, this.deps.now()))
+      reportFrozen({ pool: this.deps.pool.name, metrics: this.deps.metrics, log }, engine);
     const entry = ledger.begin(job, token, engine, payload, long);
     void runner
       .run(entry)

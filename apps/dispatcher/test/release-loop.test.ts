@@ -3,6 +3,7 @@
 // failed with nothing else lost, whether the loop's own take got it or a run's end handed its
 // slot to it (moveToFinished with fetchNext), a throw while placing a job handed over is
 // caught with the slot freed, and a job a dead dispatcher left is failed with its client told.
+import type { GatePolicy } from '@sluice/admission';
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
@@ -70,7 +71,12 @@ interface EngineCall {
 
 /** A leading dispatcher's loop for the fixture's pool, one engine of cap 1. */
 function leadingLoop(
-  opts: { throwOnTaken?: string; throwOnHandover?: boolean; cap?: number } = {},
+  opts: {
+    throwOnTaken?: string;
+    throwOnHandover?: boolean;
+    cap?: number;
+    policy?: GatePolicy;
+  } = {},
 ) {
   const metrics = dispatcherMetrics(new Registry());
   if (opts.throwOnHandover)
@@ -78,11 +84,12 @@ function leadingLoop(
       throw new Error('the handover counter broke');
     };
   const errors: Array<{ o: Record<string, unknown>; m: string }> = [];
+  const warnings: string[] = [];
   let errorLogged = () => {};
   const logged = new Promise<void>((resolve) => (errorLogged = resolve));
   const log = {
     info() {},
-    warn() {},
+    warn: (_o: object, m: string) => void warnings.push(m),
     error: (o: object, m: string) => {
       errors.push({ o: o as Record<string, unknown>, m });
       errorLogged();
@@ -151,7 +158,12 @@ function leadingLoop(
     log,
     longPrompts,
     isLeader: () => leading,
-    context: (now) => ({ engines: [engine], policy: longPrompts, gate: policy, now }),
+    context: (now) => ({
+      engines: [engine],
+      policy: longPrompts,
+      gate: opts.policy ?? policy,
+      now,
+    }),
     changed: () => loop.wake(),
     now: Date.now,
   });
@@ -182,7 +194,7 @@ function leadingLoop(
     pool,
     worker,
     engines: [engine],
-    policy,
+    policy: opts.policy ?? policy,
     holding,
     ledger,
     runner,
@@ -198,7 +210,9 @@ function leadingLoop(
     engine,
     ledger,
     runner,
+    metrics,
     errors,
+    warnings,
     /** Resolves at the first error line. */
     logged,
     nextCall,
@@ -318,6 +332,47 @@ describe('ReleaseLoop: jobs of several engine requests (n > 1, a batch of prompt
     } finally {
       await rig.stop();
       await subscriber.quit();
+    }
+  });
+});
+
+describe('ReleaseLoop: frozen gauges', () => {
+  it('reports the episode when it lets the probe go between two scrapes, once', async () => {
+    // The last scrapes, all while a run of ours was on the engine, read the same full engine for
+    // longer than the threshold; that run has ended since, and no scrape came after it.
+    // Gauges that stay fresh however slow this machine is: the rule, not their age, is tested.
+    const frozenPolicy: GatePolicy = { ...policy, maxGaugeAgeMs: 600_000, frozenAfterMs: 1000 };
+    const rig = leadingLoop({ cap: 4, policy: frozenPolicy });
+    const frozenMetric = async () =>
+      (await rig.metrics.engineGaugesFrozen.get()).values.find((v) => v.labels['engine'] === 'e')
+        ?.value;
+    try {
+      const at = Date.now();
+      rig.engine.health = 'healthy';
+      rig.engine.gauges = {
+        running: 4,
+        waiting: 0,
+        kvUsage: 0.2,
+        steps: 7,
+        at,
+        unchangedSince: at - 2000,
+        inflightAtScrape: 0,
+      };
+      const probe = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(probe);
+      expect(rig.warnings).toEqual([expect.stringMatching(/^engine gauges frozen/)]);
+      expect(await frozenMetric()).toBe(1);
+      expect(rig.engine.frozenSince).toBe(at - 2000);
+      // A second probe after the first, with no scrape between: the same episode, not said again.
+      const next = await add();
+      call.end('ok');
+      const second = await rig.nextCall();
+      expect(second.jobId).toBe(next);
+      expect(rig.warnings).toHaveLength(1);
+      second.end('ok');
+    } finally {
+      await rig.stop();
     }
   });
 });

@@ -336,7 +336,7 @@ export function dispatcherMetrics(registry: Registry) {
     }),
     engineGaugesFrozen: new Gauge({
       name: 'sluice_engine_gauges_frozen',
-      help: "1 from the scrape at which the engine's gauges count as frozen (they would close the gate, Sluice has nothing in flight there, and neither they nor vllm:iteration_tokens_total's count changed for ADMISSION_FROZEN_GAUGES_SECONDS), until a scrape reads something else; meanwhile the gate admits one probe request there.",
+      help: "1 from the scrape or the probe's release at which the engine's gauges count as frozen (they would close the gate, Sluice has nothing in flight there, and neither they nor vllm:iteration_tokens_total's count changed for ADMISSION_FROZEN_GAUGES_SECONDS), until a scrape reads something else; meanwhile the gate admits one probe request there.",
       labelNames: ['pool', 'engine'],
       registers,
     }),
