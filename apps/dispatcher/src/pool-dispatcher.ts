@@ -9,7 +9,12 @@ import { pickEngine, type GatePolicy } from '@sluice/admission';
 import type { PoolConfig, TenantConfig } from '@sluice/config';
 import type { DispatcherMetrics } from '@sluice/observability';
 import { QUEUE_EVENTS_MAX_LEN, type KeySpace, type PoolMode } from '@sluice/protocol';
-import { COMMAND_TIMEOUT_MS, quietWorkerScripts, type Redis } from '@sluice/redis';
+import {
+  COMMAND_TIMEOUT_MS,
+  quietWorkerScripts,
+  waitingAfterTake,
+  type Redis,
+} from '@sluice/redis';
 import { Queue, type Worker } from 'bullmq';
 import type { CancelBook } from './cancels.js';
 import { PoolLoad } from './degrade.js';
@@ -239,7 +244,7 @@ export class PoolDispatcher {
       id: deps.id,
       pool,
       worker: this.worker,
-      probeQueue: queueProbe(deps.bullConnection, this.worker),
+      waitingAfterTake: () => waitingAfterTake(deps.bullConnection, this.worker.keys.wait!),
       engines: this.engines,
       policy: deps.policy,
       holding: this.holding,

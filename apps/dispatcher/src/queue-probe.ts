@@ -1,16 +1,18 @@
-// Whether a pool's queue still holds a job after a take, so the release loop's next take need
-// not find out by an empty `moveToActive`.
+// How many jobs wait in a pool's queue, and the flags that decide how BullMQ's worker starts
+// its next take.
 //
 // BullMQ's marker (a sorted set that wakes a blocked take) says "look", not "there is a job":
 // every take that gets a job sets it again (prepareJobForProcessing.lua,
 // `addBaseMarkerIfNeeded`). So a worker that took the last job tries a non-blocking
 // `moveToActive` that finds nothing, then blocks on the marker, which answers at once (the
-// take set it), and tries another `moveToActive` that finds nothing: two empty scripts of
-// about eight commands and two more round trips after each quiet-time job. The probe counts
-// the wait list and the prioritised set and, when both are empty, removes the base marker in
-// the same script: Redis runs it whole, so a job added after it sets the marker again and a
-// job added before it is counted. The loop then blocks at once (docs/performance.md,
-// "Empty takes").
+// take set it), and tries another `moveToActive` that finds nothing. The release loop learns
+// what its take left waiting from the take's own reply (libs/redis take-count.ts, which clears
+// the marker in the same script) and marks the worker drained here, so the next take blocks at
+// once (docs/performance.md, "Empty takes" and "The take counts what it leaves"). The probe
+// below counts the same on a connection of its own, for the take watchdog, which must not ask
+// BullMQ's connection (the one it suspects hung): the wait list and the prioritised set, and
+// when both are empty it removes the base marker in the same script, so a job added after it
+// sets the marker again and a job added before it is counted.
 import type { Redis } from '@sluice/redis';
 import type { QueueBase, Worker } from 'bullmq';
 

@@ -32,8 +32,11 @@ export interface ReleaseLoopDeps {
   ledger: InflightLedger;
   runner: JobRunner;
   metrics: DispatcherMetrics;
-  /** How many jobs wait in the worker's queue, clearing its marker when none (queue-probe.ts). */
-  probeQueue: () => Promise<number>;
+  /**
+   * How many jobs the loop's last take left waiting, as its own script answered (BullMQ's
+   * marker cleared in it when none; libs/redis take-count.ts); undefined when not known.
+   */
+  waitingAfterTake: () => number | undefined;
   /** The pool's fair share among tenants; absent without tenants. */
   fairShare?: FairShare;
   /** Whether this dispatcher may take jobs now (it leads and is not closing). */
@@ -62,12 +65,6 @@ export class ReleaseLoop {
    */
   private waitingForMarker = false;
   private lastTakeEmpty = true;
-  /**
-   * Loop takes left before the queue is probed again: the last probe's count of waiting jobs,
-   * less the takes since (handovers take from it too, so it is an upper bound, and a take that
-   * finds the queue empty probes at once).
-   */
-  private probeIn = 0;
   /**
    * With tenants, one pick-and-take at a time: the fair share's pick, BullMQ's take of the job
    * it put in front (the loop's take or a handover's fetch) and the release that charges the
@@ -233,40 +230,22 @@ export class ReleaseLoop {
       fairShare?.taken(job?.id, waited);
     }
     this.lastTakeEmpty = job === undefined;
-    if (!job) {
-      // BullMQ blocks next, on a marker the takes since the last probe may have left set.
-      if (!waited) await this.probe(false);
-      return 'none';
-    }
+    // The take's script cleared BullMQ's marker when it left nothing waiting.
+    if (!job) return 'none';
     markStage('dispatcher.job');
     if (!this.deps.mayTake()) {
       // Lost the lease while blocked: the job goes back untouched for the new leader.
       await job.moveToWait(token).catch(() => {});
       return 'lost';
     }
-    this.place(job, token);
-    if ((this.probeIn -= 1) <= 0) await this.probe(true);
-    return 'placed';
-  }
-
-  /**
-   * Whether the queue still holds a job decides how the next take starts: at BullMQ's
-   * `moveToActive` when one waits, on the marker when none does (queue-probe.ts). A failed
-   * probe changes nothing: the take finds out as it would have.
-   */
-  private async probe(afterJob: boolean): Promise<void> {
-    let waiting: number;
-    try {
-      waiting = await this.deps.probeQueue();
-    } catch {
-      this.probeIn = 0;
-      return;
-    }
-    this.probeIn = waiting;
-    if (waiting === 0 && afterJob) {
+    // Nothing left waiting: the next take blocks on the marker at once instead of trying an
+    // empty take first (queue-probe.ts, `markDrained`). Not known: it tries, as BullMQ would.
+    if (this.deps.waitingAfterTake() === 0) {
       this.lastTakeEmpty = true;
       markDrained(this.deps.worker);
     }
+    this.place(job, token);
+    return 'placed';
   }
 
   /** Releases a job just taken, or holds it back when the release order says it must wait. */

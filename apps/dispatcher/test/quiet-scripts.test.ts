@@ -1,8 +1,8 @@
 // BullMQ's own take and completion, run as the dispatcher runs them (quietWorkerScripts on
 // BullMQ's connection), against a real redis-server: every job is taken, handed over and
 // finished as before, locks and the global concurrency included, and nothing is written to
-// the events stream, which nobody reads.
-import { quietWorkerScripts, type Redis } from '@sluice/redis';
+// the events stream, which nobody reads; the take answers how many jobs it left waiting.
+import { quietWorkerScripts, waitingAfterTake, type Redis } from '@sluice/redis';
 import { Job, type Queue, type Worker } from 'bullmq';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
@@ -76,4 +76,22 @@ describe("BullMQ's take and completion without the events stream", () => {
     await job!.moveToCompleted('ok', 'right', false);
     expect(await queue.getJob('a')).toBeUndefined();
   });
+
+  it('answers what the take left waiting, and clears the marker with the last job', async () => {
+    const marker = () => redis.zrange(queue.keys.marker!, 0, -1);
+    await queue.add('completion', {}, { ...opts, jobId: 'a', priority: 1 });
+    await queue.add('completion', {}, { ...opts, jobId: 'b' });
+    const first = await worker.getNextJob('t', { block: false });
+    expect(first?.id).toBe('b');
+    expect(waitingAfterTake(fixture.bull, queue.keys.wait!)).toBe(1);
+    // BullMQ set its marker again with the take; a job still waits, so it stays.
+    expect(await marker()).toEqual(['0']);
+    const second = await worker.getNextJob('t', { block: false });
+    expect(second?.id).toBe('a');
+    expect(waitingAfterTake(fixture.bull, queue.keys.wait!)).toBe(0);
+    expect(await marker()).toEqual([]);
+    await first!.moveToCompleted('ok', 't', false);
+    await second!.moveToCompleted('ok', 't', false);
+  });
 });
+

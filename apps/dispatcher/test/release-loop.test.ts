@@ -7,7 +7,7 @@ import type { GatePolicy } from '@sluice/admission';
 import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
-import { createRedis, redisReady } from '@sluice/redis';
+import { createRedis, quietWorkerScripts, redisReady, waitingAfterTake } from '@sluice/redis';
 import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
@@ -19,10 +19,10 @@ import { PoolWorker } from '../src/job-build.ts';
 import { JobRunner } from '../src/job-runner.ts';
 import { InflightLedger } from '../src/ledger.ts';
 import { PrefillRate } from '../src/prefill-tracker.ts';
-import { queueProbe } from '../src/queue-probe.ts';
 import { RelayHub, type ReplyRelay } from '../src/relay.ts';
 import { ReleaseLoop } from '../src/release-loop.ts';
 import { ReplicaLiveness } from '../src/replicas.ts';
+import { eventually } from '@sluice/test/support';
 import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
 
 const longPrompts = {
@@ -38,6 +38,9 @@ const policy = { kvThreshold: 0.9, failMode: 'open', maxGaugeAgeMs: 5000 } as co
 let fx: QueueFixture;
 beforeAll(async () => {
   fx = await startQueueFixture('release-loop-test');
+  // The take and completion as the dispatcher runs them: the take answers what it left waiting.
+  await fx.worker.waitUntilReady();
+  quietWorkerScripts(fx.bull);
   await fx.redis.set(fx.keys.replicaAlive('gw1'), '1');
 });
 afterAll(async () => {
@@ -199,7 +202,7 @@ function leadingLoop(
     ledger,
     runner,
     metrics,
-    probeQueue: queueProbe(fx.bull, worker),
+    waitingAfterTake: () => waitingAfterTake(fx.bull, worker.keys.wait!),
     mayTake: () => leading,
     log,
     now: Date.now,
@@ -265,6 +268,43 @@ async function failedReason(jobId: string): Promise<string | undefined> {
   // Read from the hash: BullMQ's getJob throws for a job whose data is not JSON.
   return (await fx.redis.hget(fx.queue.toKey(jobId), 'failedReason')) ?? undefined;
 }
+
+/** Calls of `command` so far, from INFO commandstats (the commands scripts run included). */
+async function calls(command: string): Promise<number> {
+  const info = await fx.redis.info('commandstats');
+  return Number(new RegExp(`^cmdstat_${command}:calls=(\\d+)`, 'm').exec(info)?.[1] ?? 0);
+}
+
+/** Resolves once a take is blocked on BullMQ's marker (CLIENT LIST: blocked, BZPOPMIN). */
+async function blockedOnMarker(): Promise<void> {
+  await eventually(
+    async () => / flags=b .*cmd=bzpopmin/.test(String(await fx.redis.client('LIST'))),
+    'a take blocked on the marker',
+  );
+}
+
+describe('ReleaseLoop: a take that left nothing waiting', () => {
+  it('blocks on the marker next, with no empty take and no other script first', async () => {
+    const rig = leadingLoop({ cap: 4 });
+    try {
+      await blockedOnMarker();
+      const takes = await calls('rpoplpush');
+      const scripts = await calls('evalsha');
+      const id = await add();
+      const call = await rig.nextCall();
+      expect(call.jobId).toBe(id);
+      await blockedOnMarker();
+      // One take got the job and said nothing else waits: without that, BullMQ would have
+      // tried an empty take, found the marker that take set, and tried another.
+      expect(await calls('rpoplpush')).toBe(takes + 1);
+      expect(await calls('evalsha')).toBe(scripts + 1);
+      call.end('ok');
+      await rig.ledger.idle();
+    } finally {
+      await rig.stop();
+    }
+  });
+});
 
 describe('ReleaseLoop: jobs of several engine requests (n > 1, a batch of prompts)', () => {
   it('counts a job as its engine requests, and holds one that does not fit until it does', async () => {

@@ -9,6 +9,7 @@
 // to (with `maxLen: 0` every XADD still runs: bullmq#366, #1625). Those are eight of the 38
 // commands BullMQ runs per job (docs/performance.md, "Without the events stream").
 import type { Redis } from './connect.js';
+import { recordWaitingCounts, takeKeys, withWaitingCount } from './take-count.js';
 
 /** One of BullMQ's scripts as defined on a connection. */
 export interface BullScript {
@@ -138,16 +139,20 @@ const WORKER_JOB_SCRIPTS = ['moveToActive', 'moveToFinished'] as const;
 /**
  * Redefines BullMQ's take and completion on `conn` without the events stream, and with the job
  * hash they return made sound (`soundJobHash`), under BullMQ's own names, so the worker runs
- * them unchanged otherwise. Call once BullMQ has loaded its
- * scripts on `conn`; a second call changes nothing.
+ * them unchanged otherwise. The take also answers how many jobs it left waiting, read with
+ * `waitingAfterTake` (take-count.ts). Call once BullMQ has loaded its scripts on `conn`; a
+ * second call changes nothing.
  */
 export function quietWorkerScripts(conn: Redis): void {
   for (const base of WORKER_JOB_SCRIPTS) {
     const script = bullScript(conn, base);
     if (script.lua.startsWith(QUIET_MARK)) continue;
+    const keys = base === 'moveToActive' ? takeKeys(script.lua) : undefined;
+    const lua = keys ? withWaitingCount(script.lua, keys) : script.lua;
     conn.defineCommand(script.name, {
       numberOfKeys: script.numberOfKeys,
-      lua: withoutEventsStream(script.lua, { soundJobHash: true }),
+      lua: withoutEventsStream(lua, { soundJobHash: true }),
     });
+    if (keys) recordWaitingCounts(conn, script.name, keys);
   }
 }

@@ -20,3 +20,4 @@ export { isAuthError, RedisAuthError, redisHealthy, redisReady } from './health.
 export { RedisTlsError } from './tls.js';
 export { describeTopology, scanKeys, sentinelMaster } from './topology.js';
 export { publishingPools, readPoolStats, type PublishedPool } from './pool-stats.js';
+export { waitingAfterTake } from './take-count.js';

@@ -13,6 +13,7 @@ import {
   withoutEventsStream,
   type Redis,
 } from '../src/index.ts';
+import { withWaitingCount } from '../src/take-count.ts';
 
 let server: TestRedis;
 let redis: Redis;
@@ -88,19 +89,23 @@ describe("BullMQ's scripts without the events stream", () => {
 
   it('redefines the take and the completion under their names, once however often called', async () => {
     const other = createRedis(server.url, { name: 'bull-scripts-2', role: 'bullmq' });
+    // The take's header names the keys its count of waiting jobs reads (take-count.ts).
+    const takeStandIn = `--[[ KEYS[1] wait key, KEYS[4] prioritized key, KEYS[2] marker key ]]\n${standIn}`;
     try {
       await redisReady(other);
-      other.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: standIn });
+      other.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: takeStandIn });
       expect(() => quietWorkerScripts(other)).toThrow(/moveToFinished is not defined/);
       other.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 5, lua: standIn });
       quietWorkerScripts(other);
       quietWorkerScripts(other);
-      for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9']) {
-        expect(bullScript(other, name).lua).toBe(
-          withoutEventsStream(standIn, { soundJobHash: true }),
-        );
+      expect(bullScript(other, 'moveToActive:9.9.9').lua).toBe(
+        withoutEventsStream(withWaitingCount(takeStandIn), { soundJobHash: true }),
+      );
+      expect(bullScript(other, 'moveToFinished:9.9.9').lua).toBe(
+        withoutEventsStream(standIn, { soundJobHash: true }),
+      );
+      for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9'])
         await scriptCommand(other, name)!.call(other, ...keys, 'job-2');
-      }
       expect(await redis.exists('q:events')).toBe(0);
       expect(await redis.get('q:pc')).toBe('2');
     } finally {

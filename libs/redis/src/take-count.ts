@@ -1,0 +1,98 @@
+// BullMQ's take (`moveToActive`) as the dispatcher runs it also says how many jobs it left
+// waiting, in its own reply, and clears BullMQ's wake-up marker when it left none.
+//
+// Why: the marker says "look", not "there is a job". A take that gets a job sets it again
+// (prepareJobForProcessing.lua, `addBaseMarkerIfNeeded`), so a worker that took the last job
+// would try an empty take, block on a marker that answers at once, and try another. The
+// release loop used to find out with a probe script after the take: one more round trip per
+// request whenever the queue ran dry, which is every request at low load (docs/performance.md,
+// "The take counts what it leaves"). Counted inside the take's own script, Redis runs the
+// count and the take whole: a job added before it is counted, one added after it sets the
+// marker again, so no job loses its wake-up. A held job's marker (member `1`, scored with its
+// time) stays.
+import type { Redis } from './connect.js';
+
+/** The keys the count reads, by the names BullMQ's script header gives them. */
+const KEY_NAMES = ['wait key', 'prioritized key', 'marker key'] as const;
+
+/** Where BullMQ's moveToActive takes the keys the count reads (1-based, as Lua's KEYS). */
+export interface TakeKeys {
+  wait: number;
+  prioritized: number;
+  marker: number;
+}
+
+/**
+ * The KEYS index of each key the count reads, from the header of BullMQ's moveToActive
+ * (`KEYS[1] wait key`, ...). Throws naming the key when an update of BullMQ no longer
+ * documents one: the dispatcher stops at start-up rather than count the wrong list.
+ */
+export function takeKeys(bullLua: string): TakeKeys {
+  const [wait, prioritized, marker] = KEY_NAMES.map((name) => {
+    const found = new RegExp(`KEYS\\[(\\d+)\\]\\s+${name}\\b`).exec(bullLua);
+    if (!found) throw new Error(`BullMQ's moveToActive no longer names its ${name} (KEYS[n])`);
+    return Number(found[1]);
+  });
+  return { wait: wait!, prioritized: prioritized!, marker: marker! };
+}
+
+/** The reply's element the count is put in: BullMQ's own four come first. */
+const COUNT_AT = 5;
+
+/**
+ * `bullLua` (BullMQ's moveToActive) run as a function, its reply given the number of jobs
+ * still waiting (wait list and prioritised set) as a fifth element, with the base marker
+ * removed when that is 0. BullMQ reads the first four elements only
+ * (redis-queue-backend.js `raw2NextJobData`).
+ */
+export function withWaitingCount(bullLua: string, keys: TakeKeys = takeKeys(bullLua)): string {
+  return `local sluiceTaken = (function()
+${bullLua}
+end)()
+if type(sluiceTaken) == 'table' and #sluiceTaken == ${COUNT_AT - 1} then
+  local waiting = redis.call('LLEN', KEYS[${keys.wait}]) + redis.call('ZCARD', KEYS[${keys.prioritized}])
+  if waiting == 0 then redis.call('ZREM', KEYS[${keys.marker}], '0') end
+  sluiceTaken[${COUNT_AT}] = waiting
+end
+return sluiceTaken`;
+}
+
+/** The last count each queue's take answered, by wait key, per connection. */
+const counts = new WeakMap<Redis, Map<string, number>>();
+
+type TakeCommand = (this: Redis, ...args: unknown[]) => Promise<unknown>;
+
+/**
+ * Keeps the count of each reply of `command` (moveToActive as defined on `conn`, with
+ * `withWaitingCount`) for `waitingAfterTake`. BullMQ calls the command with one array of
+ * keys then arguments (redis-queue-backend.js `execCommand`).
+ */
+export function recordWaitingCounts(conn: Redis, command: string, keys: TakeKeys): void {
+  const byQueue = new Map<string, number>();
+  counts.set(conn, byQueue);
+  const target = conn as unknown as Record<string, TakeCommand>;
+  const take = target[command];
+  if (typeof take !== 'function') throw new Error(`${command} is not defined on this connection`);
+  target[command] = function (this: Redis, ...args: unknown[]) {
+    const flat = Array.isArray(args[0]) ? (args[0] as unknown[]) : args;
+    const waitKey = String(flat[keys.wait - 1]);
+    return take.apply(this, args).then((reply) => {
+      const waiting = Array.isArray(reply) ? reply[COUNT_AT - 1] : undefined;
+      if (typeof waiting === 'number') byQueue.set(waitKey, waiting);
+      else byQueue.delete(waitKey);
+      return reply;
+    });
+  };
+}
+
+/**
+ * How many jobs the last take from the queue of `waitKey` on `conn` left waiting, once: the
+ * count is forgotten as it is read. Undefined when no counted take answered since (the take
+ * failed, or ran without `recordWaitingCounts`).
+ */
+export function waitingAfterTake(conn: Redis, waitKey: string): number | undefined {
+  const byQueue = counts.get(conn);
+  const waiting = byQueue?.get(waitKey);
+  byQueue?.delete(waitKey);
+  return waiting;
+}

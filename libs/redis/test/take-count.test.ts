@@ -1,0 +1,132 @@
+// The take's count of what it left waiting, on a real redis-server, with a stand-in take
+// written as BullMQ writes its moveToActive (the header naming its keys, `local rcall =
+// redis.call`, a reply of four elements). BullMQ's real take is run with it in
+// apps/dispatcher/test/quiet-scripts.test.ts.
+import { startRedis, type TestRedis } from '@sluice/test/support';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  bullScript,
+  createRedis,
+  quietWorkerScripts,
+  redisReady,
+  waitingAfterTake,
+  type Redis,
+} from '../src/index.ts';
+import { takeKeys, withWaitingCount } from '../src/take-count.ts';
+
+let server: TestRedis;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await startRedis();
+  redis = createRedis(server.url, { name: 'take-count', role: 'bullmq' });
+  await redisReady(redis);
+});
+beforeEach(() => redis.flushall());
+afterAll(async () => {
+  await redis.quit();
+  await server.stop();
+});
+
+// Takes from the wait list first, then the prioritised set, sets the base marker again as
+// BullMQ's does after every take (addBaseMarkerIfNeeded), and answers as BullMQ's does.
+const standInTake = `--[[
+  Input:
+    KEYS[1] active key
+    KEYS[2] wait key
+    KEYS[3] marker key
+    KEYS[4] prioritized key
+]]
+local rcall = redis.call
+local jobId = rcall("RPOPLPUSH", KEYS[2], KEYS[1])
+if not jobId then
+  local popped = rcall("ZPOPMIN", KEYS[4])
+  jobId = popped[1]
+  if jobId then rcall("LPUSH", KEYS[1], jobId) end
+end
+if jobId then
+  rcall("ZADD", KEYS[3], 0, "0")
+  return {{"id", jobId}, jobId, 0, 0}
+end
+return {0, 0, 0, 0}
+`;
+const keys = ['q:active', 'q:wait', 'q:marker', 'q:prioritized'];
+const name = 'moveToActive:9.9.9';
+
+/** The stand-in defined as BullMQ defines its take, then run as the dispatcher runs it. */
+async function quietConnection(): Promise<Redis> {
+  const conn = createRedis(server.url, { name: 'take-count-quiet', role: 'bullmq' });
+  await redisReady(conn);
+  conn.defineCommand(name, { numberOfKeys: keys.length, lua: standInTake });
+  conn.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 1, lua: 'return 0' });
+  quietWorkerScripts(conn);
+  return conn;
+}
+
+/** A take as BullMQ's worker sends it: one array of keys, then arguments. */
+function take(conn: Redis): Promise<unknown> {
+  const command = (conn as unknown as Record<string, (args: string[]) => Promise<unknown>>)[name]!;
+  return command.call(conn, [...keys, 'prefix']);
+}
+
+describe("the take's count of the jobs it left waiting", () => {
+  it('finds the keys it reads by the names in the script header, and names one it cannot', () => {
+    expect(takeKeys(standInTake)).toEqual({ wait: 2, prioritized: 4, marker: 3 });
+    expect(() => takeKeys(standInTake.replace('marker key', 'wake-up key'))).toThrow(
+      /no longer names its marker key/,
+    );
+  });
+
+  it('answers the count as a fifth element and keeps the marker while jobs wait', async () => {
+    const conn = await quietConnection();
+    try {
+      await redis.rpush('q:wait', 'b', 'a');
+      await redis.zadd('q:prioritized', 1, 'p');
+      const reply = (await take(conn)) as unknown[];
+      expect(reply.slice(1)).toEqual(['a', 0, 0, 2]);
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(2);
+      // Read once: a second read knows nothing until the next take answers.
+      expect(waitingAfterTake(conn, 'q:wait')).toBeUndefined();
+      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['0']);
+      await take(conn);
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(1);
+    } finally {
+      await conn.quit();
+    }
+  });
+
+  it("clears the base marker with the last job, and leaves a held job's", async () => {
+    const conn = await quietConnection();
+    try {
+      await redis.zadd('q:prioritized', 1, 'p');
+      await redis.zadd('q:marker', 1_900_000_000_000, '1');
+      expect(((await take(conn)) as unknown[])[1]).toBe('p');
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(0);
+      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['1']);
+      // An empty take counts too, and clears a marker an add would have set with no job.
+      await redis.zadd('q:marker', 0, '0');
+      expect(((await take(conn)) as unknown[])[1]).toBe(0);
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(0);
+      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['1']);
+    } finally {
+      await conn.quit();
+    }
+  });
+
+  it('leaves a reply that is not four elements as it is, and counts nothing', async () => {
+    const conn = createRedis(server.url, { name: 'take-count-other', role: 'bullmq' });
+    try {
+      await redisReady(conn);
+      const odd = standInTake.replace('return {{"id", jobId}, jobId, 0, 0}', 'return {jobId}');
+      conn.defineCommand(name, { numberOfKeys: keys.length, lua: odd });
+      conn.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 1, lua: 'return 0' });
+      quietWorkerScripts(conn);
+      expect(bullScript(conn, name).lua).toContain(withWaitingCount(odd));
+      await redis.rpush('q:wait', 'a');
+      expect(await take(conn)).toEqual(['a']);
+      expect(waitingAfterTake(conn, 'q:wait')).toBeUndefined();
+    } finally {
+      await conn.quit();
+    }
+  });
+});
