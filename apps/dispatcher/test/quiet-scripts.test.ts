@@ -94,4 +94,3 @@ describe("BullMQ's take and completion without the events stream", () => {
     await second!.moveToCompleted('ok', 't', false);
   });
 });
-
