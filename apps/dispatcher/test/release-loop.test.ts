@@ -8,6 +8,7 @@ import { defaultDegradation, type PoolConfig } from '@sluice/config';
 import { dispatcherMetrics, Registry } from '@sluice/observability';
 import { decodeFrame, messageFrames, type Frame, type JobPayload } from '@sluice/protocol';
 import { createRedis, quietWorkerScripts, redisReady, waitingAfterTake } from '@sluice/redis';
+import { eventually } from '@sluice/test/support';
 import type { Job } from 'bullmq';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CancelBook } from '../src/cancels.ts';
@@ -22,7 +23,6 @@ import { PrefillRate } from '../src/prefill-tracker.ts';
 import { RelayHub, type ReplyRelay } from '../src/relay.ts';
 import { ReleaseLoop } from '../src/release-loop.ts';
 import { ReplicaLiveness } from '../src/replicas.ts';
-import { eventually } from '@sluice/test/support';
 import { startQueueFixture, type QueueFixture } from './queue-fixture.ts';
 
 const longPrompts = {

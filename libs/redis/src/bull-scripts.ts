@@ -9,7 +9,7 @@
 // to (with `maxLen: 0` every XADD still runs: bullmq#366, #1625). Those are eight of the 38
 // commands BullMQ runs per job (docs/performance.md, "Without the events stream").
 import type { Redis } from './connect.js';
-import { recordWaitingCounts, takeKeys, withWaitingCount } from './take-count.js';
+import { countingTake, takeKeys, withWaitingCount } from './take-count.js';
 
 /** One of BullMQ's scripts as defined on a connection. */
 export interface BullScript {
@@ -153,6 +153,9 @@ export function quietWorkerScripts(conn: Redis): void {
       numberOfKeys: script.numberOfKeys,
       lua: withoutEventsStream(lua, { soundJobHash: true }),
     });
-    if (keys) recordWaitingCounts(conn, script.name, keys);
+    if (!keys) continue;
+    // The take's reply is counted on its way to BullMQ (take-count.ts); defined just above.
+    const take = scriptCommand(conn, script.name)!;
+    (conn as unknown as Record<string, unknown>)[script.name] = countingTake(conn, take, keys);
   }
 }

@@ -10,6 +10,7 @@
 // count and the take whole: a job added before it is counted, one added after it sets the
 // marker again, so no job loses its wake-up. A held job's marker (member `1`, scored with its
 // time) stays.
+import type { ScriptCommand } from './bull-scripts.js';
 import type { Redis } from './connect.js';
 
 /** The keys the count reads, by the names BullMQ's script header gives them. */
@@ -60,20 +61,15 @@ return sluiceTaken`;
 /** The last count each queue's take answered, by wait key, per connection. */
 const counts = new WeakMap<Redis, Map<string, number>>();
 
-type TakeCommand = (this: Redis, ...args: unknown[]) => Promise<unknown>;
-
 /**
- * Keeps the count of each reply of `command` (moveToActive as defined on `conn`, with
- * `withWaitingCount`) for `waitingAfterTake`. BullMQ calls the command with one array of
- * keys then arguments (redis-queue-backend.js `execCommand`).
+ * `take` (moveToActive as defined on `conn`, with `withWaitingCount`), keeping the count of
+ * each reply for `waitingAfterTake`. BullMQ calls the command with one array of keys then
+ * arguments (redis-queue-backend.js `execCommand`).
  */
-export function recordWaitingCounts(conn: Redis, command: string, keys: TakeKeys): void {
+export function countingTake(conn: Redis, take: ScriptCommand, keys: TakeKeys): ScriptCommand {
   const byQueue = new Map<string, number>();
   counts.set(conn, byQueue);
-  const target = conn as unknown as Record<string, TakeCommand>;
-  const take = target[command];
-  if (typeof take !== 'function') throw new Error(`${command} is not defined on this connection`);
-  target[command] = function (this: Redis, ...args: unknown[]) {
+  return function (this: Redis, ...args: unknown[]) {
     const flat = Array.isArray(args[0]) ? (args[0] as unknown[]) : args;
     const waitKey = String(flat[keys.wait - 1]);
     return take.apply(this, args).then((reply) => {
@@ -88,7 +84,7 @@ export function recordWaitingCounts(conn: Redis, command: string, keys: TakeKeys
 /**
  * How many jobs the last take from the queue of `waitKey` on `conn` left waiting, once: the
  * count is forgotten as it is read. Undefined when no counted take answered since (the take
- * failed, or ran without `recordWaitingCounts`).
+ * failed, or ran without `countingTake`).
  */
 export function waitingAfterTake(conn: Redis, waitKey: string): number | undefined {
   const byQueue = counts.get(conn);
