@@ -114,8 +114,10 @@ export class PoolDispatcher {
       lockDuration: leaseTtlMs,
       stalledInterval: Math.max(500, Math.floor(leaseTtlMs / 5)),
       maxStalledCount: 0,
-      // The longest a blocked take sleeps when no marker wakes it (a job added or promoted
-      // while BullMQ counted the queue as full, e.g. during a hold in flight).
+      // The longest a blocked take sleeps when no marker wakes it and no job is delayed (one
+      // that is makes BullMQ block until it is due, up to 10 s). The completion and the hold
+      // set the marker for jobs added while BullMQ counted the queue as full (marker-rearm.ts
+      // in libs/redis), so this is a backstop.
       drainDelay: 1,
     });
     // Without listeners, BullMQ prints every connection error of an outage as a stack trace.

@@ -172,10 +172,10 @@ export class ReleaseLoop {
         if (reason !== closedFor) metrics.gateClosed.inc({ ...poolLabel, reason });
         closedFor = reason;
       }
-      // Never take with the gate closed, a promoted held job included: BullMQ's global
-      // concurrency would be reached too, and a slot freed by a completion adds no marker to
-      // wake a blocked take (moveToFinished without fetchNext), so the take would sleep a
-      // whole drainDelay. A promoted job waits at the head of the queue for the gate.
+      // Never take with the gate closed, a promoted held job included: a job taken is placed
+      // at once, and with no engine admitting it would be held back, or the take would wait in
+      // BullMQ for a slot that BullMQ's count frees without the gate's other rules (KV cache,
+      // stale gauges). A promoted job waits at the head of the queue for the gate.
       if (!open) {
         this.tryingSince = undefined;
         await this.waitForWake();

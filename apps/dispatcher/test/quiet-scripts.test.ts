@@ -93,4 +93,29 @@ describe("BullMQ's take and completion without the events stream", () => {
     await first!.moveToCompleted('ok', 't', false);
     await second!.moveToCompleted('ok', 't', false);
   });
+
+  // BullMQ's add sets no marker while the queue is at its global concurrency, and its completion
+  // and hold set none either: a take blocked on the marker slept through such a job, up to 10 s
+  // while a delayed (held) job was due later (marker-rearm.ts).
+  it.each([
+    ['failed', (job: Job) => job.moveToFailed(new Error('invalid_payload'), 't', false)],
+    ['completed', (job: Job) => job.moveToCompleted('ok', 't', false)],
+    ['held back', (job: Job) => job.moveToDelayed(Date.now() + 600_000, 't')],
+  ])(
+    'sets the marker again when a job %s leaves one added while the queue was full',
+    async (_, leave) => {
+      const marker = () => redis.zrange(queue.keys.marker!, 0, -1);
+      await queue.setGlobalConcurrency(1);
+      await queue.add('completion', {}, { ...opts, jobId: 'first' });
+      const first = await worker.getNextJob('t', { block: false });
+      expect(first?.id).toBe('first');
+      await queue.add('completion', {}, { ...opts, jobId: 'added-while-full', priority: 3 });
+      expect(await marker()).toEqual([]);
+      await leave(first!);
+      expect(await marker()).toContain('0');
+      const next = await worker.getNextJob('t2', { block: false });
+      expect(next?.id).toBe('added-while-full');
+      await next!.moveToCompleted('ok', 't2', false);
+    },
+  );
 });

@@ -9,6 +9,7 @@
 // to (with `maxLen: 0` every XADD still runs: bullmq#366, #1625). Those are eight of the 38
 // commands BullMQ runs per job (docs/performance.md, "Without the events stream").
 import type { Redis } from './connect.js';
+import { withMarkerRearm } from './marker-rearm.js';
 import { countingTake, takeKeys, withWaitingCount } from './take-count.js';
 
 /** One of BullMQ's scripts as defined on a connection. */
@@ -133,29 +134,37 @@ end)(redis)
 ${bullLua}`;
 }
 
-/** The scripts BullMQ's worker runs for every job: the take and the completion (with the next take). */
-const WORKER_JOB_SCRIPTS = ['moveToActive', 'moveToFinished'] as const;
+/**
+ * The scripts BullMQ's worker runs on a job's path, each with what Sluice adds to it: the take
+ * counts what it left waiting (take-count.ts), the completion and the hold set the wake-up
+ * marker again for jobs added while they held a slot (marker-rearm.ts).
+ */
+const WORKER_JOB_SCRIPTS: Record<string, (lua: string, script: string) => string> = {
+  moveToActive: (lua) => withWaitingCount(lua),
+  moveToFinished: withMarkerRearm,
+  moveToDelayed: withMarkerRearm,
+};
 
 /**
- * Redefines BullMQ's take and completion on `conn` without the events stream, and with the job
- * hash they return made sound (`soundJobHash`), under BullMQ's own names, so the worker runs
- * them unchanged otherwise. The take also answers how many jobs it left waiting, read with
- * `waitingAfterTake` (take-count.ts). Call once BullMQ has loaded its scripts on `conn`; a
- * second call changes nothing.
+ * Redefines BullMQ's take, completion and hold on `conn` without the events stream, and with
+ * the job hash they return made sound (`soundJobHash`), under BullMQ's own names, so the worker
+ * runs them unchanged otherwise. The take also answers how many jobs it left waiting, read with
+ * `waitingAfterTake` (take-count.ts); the completion and the hold set the marker again when
+ * they leave jobs waiting (marker-rearm.ts). Call once BullMQ has loaded its scripts on `conn`;
+ * a second call changes nothing.
  */
 export function quietWorkerScripts(conn: Redis): void {
-  for (const base of WORKER_JOB_SCRIPTS) {
+  for (const [base, addition] of Object.entries(WORKER_JOB_SCRIPTS)) {
     const script = bullScript(conn, base);
     if (script.lua.startsWith(QUIET_MARK)) continue;
-    const keys = base === 'moveToActive' ? takeKeys(script.lua) : undefined;
-    const lua = keys ? withWaitingCount(script.lua, keys) : script.lua;
     conn.defineCommand(script.name, {
       numberOfKeys: script.numberOfKeys,
-      lua: withoutEventsStream(lua, { soundJobHash: true }),
+      lua: withoutEventsStream(addition(script.lua, base), { soundJobHash: true }),
     });
-    if (!keys) continue;
+    if (base !== 'moveToActive') continue;
     // The take's reply is counted on its way to BullMQ (take-count.ts); defined just above.
     const take = scriptCommand(conn, script.name)!;
-    (conn as unknown as Record<string, unknown>)[script.name] = countingTake(conn, take, keys);
+    const counting = countingTake(conn, take, takeKeys(script.lua));
+    (conn as unknown as Record<string, unknown>)[script.name] = counting;
   }
 }

@@ -12,9 +12,7 @@
 // time) stays.
 import type { ScriptCommand } from './bull-scripts.js';
 import type { Redis } from './connect.js';
-
-/** The keys the count reads, by the names BullMQ's script header gives them. */
-const KEY_NAMES = ['wait key', 'prioritized key', 'marker key'] as const;
+import { headerKeys } from './script-header.js';
 
 /** Where BullMQ's moveToActive takes the keys the count reads (1-based, as Lua's KEYS). */
 export interface TakeKeys {
@@ -24,17 +22,17 @@ export interface TakeKeys {
 }
 
 /**
- * The KEYS index of each key the count reads, from the header of BullMQ's moveToActive
- * (`KEYS[1] wait key`, ...). Throws naming the key when an update of BullMQ no longer
- * documents one: the dispatcher stops at start-up rather than count the wrong list.
+ * The KEYS index of each key the count reads, from the header of BullMQ's moveToActive.
+ * Throws naming the key when an update of BullMQ no longer documents one: the dispatcher stops
+ * at start-up rather than count the wrong list.
  */
 export function takeKeys(bullLua: string): TakeKeys {
-  const [wait, prioritized, marker] = KEY_NAMES.map((name) => {
-    const found = new RegExp(`KEYS\\[(\\d+)\\]\\s+${name}\\b`).exec(bullLua);
-    if (!found) throw new Error(`BullMQ's moveToActive no longer names its ${name} (KEYS[n])`);
-    return Number(found[1]);
-  });
-  return { wait: wait!, prioritized: prioritized!, marker: marker! };
+  const keys = headerKeys(bullLua, ['wait key', 'prioritized key', 'marker key'], 'moveToActive');
+  return {
+    wait: keys['wait key'],
+    prioritized: keys['prioritized key'],
+    marker: keys['marker key'],
+  };
 }
 
 /** The reply's element the count is put in: BullMQ's own four come first. */

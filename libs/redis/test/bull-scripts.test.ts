@@ -2,8 +2,7 @@
 // the stream's commands and runs every other one. Stand-in scripts written as BullMQ writes
 // its own (`local rcall = redis.call`, upper-case command names); BullMQ's real take and
 // completion are run quieted in apps/dispatcher/test/quiet-scripts.test.ts.
-import { startRedis, type TestRedis } from '@sluice/test/support';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   bullScript,
   createRedis,
@@ -11,23 +10,12 @@ import {
   redisReady,
   scriptCommand,
   withoutEventsStream,
-  type Redis,
 } from '../src/index.ts';
+import { withMarkerRearm } from '../src/marker-rearm.ts';
 import { withWaitingCount } from '../src/take-count.ts';
+import { useScriptRedis } from './script-redis.ts';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = createRedis(server.url, { name: 'bull-scripts', role: 'bullmq' });
-  await redisReady(redis);
-});
-beforeEach(() => redis.flushall());
-afterAll(async () => {
-  await redis.quit();
-  await server.stop();
-});
+const db = useScriptRedis('bull-scripts');
 
 // What BullMQ's job scripts do with the stream, the id counter and everything else.
 const standIn = `local rcall = redis.call
@@ -46,14 +34,14 @@ return {tostring(maxEvents), jobCounter, prio, redis.sha1hex("x"), rcall("HGET",
 const keys = ['q:events', 'q:meta', 'q:id', 'q:pc', 'q:job'];
 
 async function run(lua: string): Promise<unknown> {
-  return redis.eval(lua, keys.length, ...keys, 'job-1');
+  return db.redis.eval(lua, keys.length, ...keys, 'job-1');
 }
 
 describe("BullMQ's scripts without the events stream", () => {
   it('as BullMQ runs them, the stream, its length and the id counter are written', async () => {
     expect(await run(standIn)).toEqual(['10000', 1, 1, expect.any(String), 'job-1']);
-    expect(await redis.exists('q:events', 'q:id')).toBe(2);
-    expect(await redis.hget('q:meta', 'opts.maxLenEvents')).toBe('10000');
+    expect(await db.redis.exists('q:events', 'q:id')).toBe(2);
+    expect(await db.redis.hget('q:meta', 'opts.maxLenEvents')).toBe('10000');
   });
 
   it('quieted, writes no stream and no stream length, and runs every other command', async () => {
@@ -61,53 +49,59 @@ describe("BullMQ's scripts without the events stream", () => {
     expect([maxEvents, prio, id]).toEqual(['0', 1, 'job-1']);
     // The rest of `redis` is the real one.
     expect(sha).toBe('11f6ad8ec52a2984abaafd7c3b516503785c2072');
-    expect(await redis.exists('q:events', 'q:meta')).toBe(0);
-    expect(await redis.hget('q:job', 'id')).toBe('job-1');
+    expect(await db.redis.exists('q:events', 'q:meta')).toBe(0);
+    expect(await db.redis.hget('q:job', 'id')).toBe('job-1');
     // Without `ownJobId`, the id counter is BullMQ's as before (a job scheduler's next id).
-    expect(await redis.get('q:id')).toBe('1');
+    expect(await db.redis.get('q:id')).toBe('1');
   });
 
   it('with ownJobId, skips the id counter, and only it: the priority counter counts', async () => {
     const reply = (await run(withoutEventsStream(standIn, { ownJobId: true }))) as unknown[];
     expect(reply.slice(1, 3)).toEqual([0, 1]);
-    expect(await redis.exists('q:id')).toBe(0);
-    expect(await redis.get('q:pc')).toBe('1');
+    expect(await db.redis.exists('q:id')).toBe(0);
+    expect(await db.redis.get('q:pc')).toBe('1');
   });
 
   it('finds a script by its name with or without the version, and names one it cannot find', () => {
-    redis.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: standIn });
-    expect(bullScript(redis, 'moveToActive')).toEqual({
+    db.redis.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: standIn });
+    expect(bullScript(db.redis, 'moveToActive')).toEqual({
       name: 'moveToActive:9.9.9',
       lua: standIn,
       numberOfKeys: 5,
     });
-    expect(bullScript(redis, 'moveToActive:9.9.9').name).toBe('moveToActive:9.9.9');
-    expect(() => bullScript(redis, 'moveToActive:1.0.0')).toThrow(
+    expect(bullScript(db.redis, 'moveToActive:9.9.9').name).toBe('moveToActive:9.9.9');
+    expect(() => bullScript(db.redis, 'moveToActive:1.0.0')).toThrow(
       /moveToActive:1.0.0 is not defined/,
     );
   });
 
-  it('redefines the take and the completion under their names, once however often called', async () => {
-    const other = createRedis(server.url, { name: 'bull-scripts-2', role: 'bullmq' });
-    // The take's header names the keys its count of waiting jobs reads (take-count.ts).
+  it('redefines the take, the completion and the hold under their names, once however often called', async () => {
+    const other = createRedis(db.url, { name: 'bull-scripts-2', role: 'bullmq' });
+    // The take's header names the keys its count of waiting jobs reads (take-count.ts), the
+    // completion's and the hold's those the marker's re-arming reads (marker-rearm.ts).
     const takeStandIn = `--[[ KEYS[1] wait key, KEYS[4] prioritized key, KEYS[2] marker key ]]\n${standIn}`;
+    const moveStandIn = `--[[ KEYS[1] wait key, KEYS[2] active key, KEYS[3] prioritized key,
+  KEYS[4] meta key, KEYS[5] marker key ]]\n${standIn}`;
+    const moves = ['moveToFinished', 'moveToDelayed'];
     try {
       await redisReady(other);
       other.defineCommand('moveToActive:9.9.9', { numberOfKeys: 5, lua: takeStandIn });
       expect(() => quietWorkerScripts(other)).toThrow(/moveToFinished is not defined/);
-      other.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 5, lua: standIn });
+      for (const move of moves)
+        other.defineCommand(`${move}:9.9.9`, { numberOfKeys: 5, lua: moveStandIn });
       quietWorkerScripts(other);
       quietWorkerScripts(other);
       expect(bullScript(other, 'moveToActive:9.9.9').lua).toBe(
         withoutEventsStream(withWaitingCount(takeStandIn), { soundJobHash: true }),
       );
-      expect(bullScript(other, 'moveToFinished:9.9.9').lua).toBe(
-        withoutEventsStream(standIn, { soundJobHash: true }),
-      );
-      for (const name of ['moveToActive:9.9.9', 'moveToFinished:9.9.9'])
-        await scriptCommand(other, name)!.call(other, ...keys, 'job-2');
-      expect(await redis.exists('q:events')).toBe(0);
-      expect(await redis.get('q:pc')).toBe('2');
+      for (const move of moves)
+        expect(bullScript(other, `${move}:9.9.9`).lua).toBe(
+          withoutEventsStream(withMarkerRearm(moveStandIn, move), { soundJobHash: true }),
+        );
+      for (const name of ['moveToActive', ...moves])
+        await scriptCommand(other, `${name}:9.9.9`)!.call(other, ...keys, 'job-2');
+      expect(await db.redis.exists('q:events')).toBe(0);
+      expect(await db.redis.get('q:pc')).toBe('3');
     } finally {
       await other.quit();
     }
@@ -130,8 +124,8 @@ describe('a job hash made sound before the worker reads it', () => {
   };
 
   it('returns a sound hash as it is, and writes nothing', async () => {
-    await redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', progress: '12' });
-    const reply = await redis.eval(sound, 1, jobKey, 'job-7');
+    await db.redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', progress: '12' });
+    const reply = await db.redis.eval(sound, 1, jobKey, 'job-7');
     expect(hashOf(reply)).toEqual({
       data: '{"v":1}',
       opts: '{"attempts":1}',
@@ -147,22 +141,22 @@ describe('a job hash made sound before the worker reads it', () => {
   ])(
     'sets a %s that is not JSON sound, and replaces the data by what was wrong',
     async (field, fixed) => {
-      await redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', [field]: '{"cut' });
+      await db.redis.hset(jobKey, { data: '{"v":1}', opts: '{"attempts":1}', [field]: '{"cut' });
       const expected = {
         opts: '{"attempts":1}',
         ...fixed,
         data: `"the job field ${field} is not JSON"`,
         processedOn: '1',
       };
-      expect(hashOf(await redis.eval(sound, 1, jobKey, 'job-7'))).toEqual(expected);
+      expect(hashOf(await db.redis.eval(sound, 1, jobKey, 'job-7'))).toEqual(expected);
       // In Redis too: the completion, which decodes `parent` in Lua, and the next reader see it.
-      expect(await redis.hgetall(jobKey)).toEqual(expected);
+      expect(await db.redis.hgetall(jobKey)).toEqual(expected);
     },
   );
 
   it('leaves a job hash as it is where the option is off (the add)', async () => {
-    await redis.hset(jobKey, { data: '{"v":1}', opts: '{"cut' });
-    await redis.eval(withoutEventsStream(take), 1, jobKey, 'job-7');
-    expect(await redis.hget(jobKey, 'opts')).toBe('{"cut');
+    await db.redis.hset(jobKey, { data: '{"v":1}', opts: '{"cut' });
+    await db.redis.eval(withoutEventsStream(take), 1, jobKey, 'job-7');
+    expect(await db.redis.hget(jobKey, 'opts')).toBe('{"cut');
   });
 });

@@ -2,8 +2,7 @@
 // written as BullMQ writes its moveToActive (the header naming its keys, `local rcall =
 // redis.call`, a reply of four elements). BullMQ's real take is run with it in
 // apps/dispatcher/test/quiet-scripts.test.ts.
-import { startRedis, type TestRedis } from '@sluice/test/support';
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   bullScript,
   createRedis,
@@ -13,20 +12,9 @@ import {
   type Redis,
 } from '../src/index.ts';
 import { takeKeys, withWaitingCount } from '../src/take-count.ts';
+import { useScriptRedis } from './script-redis.ts';
 
-let server: TestRedis;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await startRedis();
-  redis = createRedis(server.url, { name: 'take-count', role: 'bullmq' });
-  await redisReady(redis);
-});
-beforeEach(() => redis.flushall());
-afterAll(async () => {
-  await redis.quit();
-  await server.stop();
-});
+const db = useScriptRedis('take-count');
 
 // Takes from the wait list first, then the prioritised set, sets the base marker again as
 // BullMQ's does after every take (addBaseMarkerIfNeeded), and answers as BullMQ's does.
@@ -53,12 +41,23 @@ return {0, 0, 0, 0}
 const keys = ['q:active', 'q:wait', 'q:marker', 'q:prioritized'];
 const name = 'moveToActive:9.9.9';
 
+// The completion and the hold the dispatcher redefines with the take: their headers name the
+// keys the marker's re-arming reads (marker-rearm.ts); not run here.
+const moveStandIn = `--[[ KEYS[1] wait key KEYS[2] active key KEYS[3] prioritized key KEYS[4] meta key
+  KEYS[5] marker key ]]
+return 0`;
+
+function defineMoveStandIns(conn: Redis): void {
+  for (const move of ['moveToFinished:9.9.9', 'moveToDelayed:9.9.9'])
+    conn.defineCommand(move, { numberOfKeys: 5, lua: moveStandIn });
+}
+
 /** The stand-in defined as BullMQ defines its take, then run as the dispatcher runs it. */
 async function quietConnection(): Promise<Redis> {
-  const conn = createRedis(server.url, { name: 'take-count-quiet', role: 'bullmq' });
+  const conn = createRedis(db.url, { name: 'take-count-quiet', role: 'bullmq' });
   await redisReady(conn);
   conn.defineCommand(name, { numberOfKeys: keys.length, lua: standInTake });
-  conn.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 1, lua: 'return 0' });
+  defineMoveStandIns(conn);
   quietWorkerScripts(conn);
   return conn;
 }
@@ -80,14 +79,14 @@ describe("the take's count of the jobs it left waiting", () => {
   it('answers the count as a fifth element and keeps the marker while jobs wait', async () => {
     const conn = await quietConnection();
     try {
-      await redis.rpush('q:wait', 'b', 'a');
-      await redis.zadd('q:prioritized', 1, 'p');
+      await db.redis.rpush('q:wait', 'b', 'a');
+      await db.redis.zadd('q:prioritized', 1, 'p');
       const reply = (await take(conn)) as unknown[];
       expect(reply.slice(1)).toEqual(['a', 0, 0, 2]);
       expect(waitingAfterTake(conn, 'q:wait')).toBe(2);
       // Read once: a second read knows nothing until the next take answers.
       expect(waitingAfterTake(conn, 'q:wait')).toBeUndefined();
-      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['0']);
+      expect(await db.redis.zrange('q:marker', 0, -1)).toEqual(['0']);
       await take(conn);
       expect(waitingAfterTake(conn, 'q:wait')).toBe(1);
     } finally {
@@ -98,31 +97,31 @@ describe("the take's count of the jobs it left waiting", () => {
   it("clears the base marker with the last job, and leaves a held job's", async () => {
     const conn = await quietConnection();
     try {
-      await redis.zadd('q:prioritized', 1, 'p');
-      await redis.zadd('q:marker', 1_900_000_000_000, '1');
+      await db.redis.zadd('q:prioritized', 1, 'p');
+      await db.redis.zadd('q:marker', 1_900_000_000_000, '1');
       expect(((await take(conn)) as unknown[])[1]).toBe('p');
       expect(waitingAfterTake(conn, 'q:wait')).toBe(0);
-      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['1']);
+      expect(await db.redis.zrange('q:marker', 0, -1)).toEqual(['1']);
       // An empty take counts too, and clears a marker an add would have set with no job.
-      await redis.zadd('q:marker', 0, '0');
+      await db.redis.zadd('q:marker', 0, '0');
       expect(((await take(conn)) as unknown[])[1]).toBe(0);
       expect(waitingAfterTake(conn, 'q:wait')).toBe(0);
-      expect(await redis.zrange('q:marker', 0, -1)).toEqual(['1']);
+      expect(await db.redis.zrange('q:marker', 0, -1)).toEqual(['1']);
     } finally {
       await conn.quit();
     }
   });
 
   it('leaves a reply that is not four elements as it is, and counts nothing', async () => {
-    const conn = createRedis(server.url, { name: 'take-count-other', role: 'bullmq' });
+    const conn = createRedis(db.url, { name: 'take-count-other', role: 'bullmq' });
     try {
       await redisReady(conn);
       const odd = standInTake.replace('return {{"id", jobId}, jobId, 0, 0}', 'return {jobId}');
       conn.defineCommand(name, { numberOfKeys: keys.length, lua: odd });
-      conn.defineCommand('moveToFinished:9.9.9', { numberOfKeys: 1, lua: 'return 0' });
+      defineMoveStandIns(conn);
       quietWorkerScripts(conn);
       expect(bullScript(conn, name).lua).toContain(withWaitingCount(odd));
-      await redis.rpush('q:wait', 'a');
+      await db.redis.rpush('q:wait', 'a');
       expect(await take(conn)).toEqual(['a']);
       expect(waitingAfterTake(conn, 'q:wait')).toBeUndefined();
     } finally {
