@@ -22,6 +22,7 @@ import type { DispatcherMetrics } from '@sluice/observability';
 import type { JobPayload, KeySpace } from '@sluice/protocol';
 import type { Redis } from '@sluice/redis';
 import type { Queue } from 'bullmq';
+import { hsetWhileHeld, type LeaseHolder } from './lease.js';
 import { sequencesOf } from './ledger.js';
 import {
   afterTake,
@@ -62,6 +63,8 @@ export interface FairShareDeps {
   /** BullMQ's connection, shared by the pool's Queue and Worker: the takes run on it. */
   bull: Redis;
   queue: Queue;
+  /** The pool's lease: the counters are written only while it is this dispatcher's. */
+  lease: LeaseHolder;
   metrics: DispatcherMetrics;
   log: { warn(o: object, m: string): void };
 }
@@ -143,7 +146,9 @@ export class FairShare {
       [ACTIVE_FIELD]: active.join(','),
       [LAST_FIELD]: lastServed ?? '',
     };
-    await redis.hset(keys.fairShare(pool), fields).catch(() => {
+    // Not written when the lease went to another dispatcher meanwhile: the next leader read
+    // the counters when it took over and goes on from them, and these would overwrite its own.
+    await hsetWhileHeld(redis, this.deps.lease, keys.fairShare(pool), fields).catch(() => {
       this.dirty = true;
     });
     this.setCounterMetrics();

@@ -14,6 +14,33 @@ if v then return 0 end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1`;
 const releaseScript = `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end`;
+// A leader whose renewal ran late may have lost the lease without knowing it yet, while the
+// next leader already reads and writes the pool's state: such a write is checked against the
+// lease in the same script. Both keys are the pool's (one hash tag), so Redis Cluster runs it.
+const hsetWhileHeldScript = `if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('hset', KEYS[2], unpack(ARGV, 2))
+return 1`;
+
+/** Where a pool's lease lives and which dispatcher's it is meant to be. */
+export interface LeaseHolder {
+  readonly key: string;
+  readonly owner: string;
+}
+
+/**
+ * Sets `fields` of the hash at `key` only while `lease` is still `owner`'s: true when written,
+ * false when the lease is someone else's (or no one's) now. Rejects when Redis does.
+ */
+export async function hsetWhileHeld(
+  redis: Redis,
+  lease: LeaseHolder,
+  key: string,
+  fields: Record<string, string | number>,
+): Promise<boolean> {
+  const args = Object.entries(fields).flatMap(([field, value]) => [field, String(value)]);
+  const written = await redis.eval(hsetWhileHeldScript, 2, lease.key, key, lease.owner, ...args);
+  return written === 1;
+}
 
 export interface LeaseEvents {
   acquired(): void;
@@ -25,7 +52,7 @@ export interface LeaseOptions {
   mayAcquire?: () => boolean;
 }
 
-export class Lease {
+export class Lease implements LeaseHolder {
   private leader = false;
   private acquiring = false;
   private timer: NodeJS.Timeout | undefined;

@@ -190,6 +190,7 @@ export class PoolDispatcher {
             redis: deps.redis,
             bull: deps.bullConnection,
             queue: this.queue,
+            lease: this.lease,
             metrics,
             log,
           })

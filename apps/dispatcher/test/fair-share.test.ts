@@ -21,12 +21,17 @@ const tenants: TenantConfig[] = [
   { name: 'beta', keySha256: ['b'.repeat(64)], weight: 1, maxPriority: 0 },
 ];
 const silent = { warn: () => {} };
+/** The dispatcher whose lease the tests' fair shares write under. */
+const LEADER = 'leader';
 
 beforeAll(async () => {
   fixture = await startQueueFixture('fair-test');
   ({ redis, bull, queue, worker } = fixture);
 });
-beforeEach(() => redis.flushall());
+beforeEach(async () => {
+  await redis.flushall();
+  await redis.set(keys.lease('p'), LEADER);
+});
 afterAll(() => fixture.close());
 
 let registry: Registry;
@@ -38,6 +43,7 @@ const fairShare = () =>
     redis,
     bull,
     queue,
+    lease: { key: keys.lease('p'), owner: LEADER },
     metrics: dispatcherMetrics((registry = new Registry())),
     log: silent,
   });
@@ -171,6 +177,21 @@ describe('fair share (leader side)', () => {
     // is not lifted to alpha's counter as a tenant that just became active would be.
     await add('alpha', 'a1');
     expect(await releaseNext(next, 1)).toBe('beta:b0');
+  });
+
+  it("writes no counters once its lease is another dispatcher's: the next leader's stand", async () => {
+    const fair = fairShare();
+    await fair.load();
+    await add('alpha', 'a0');
+    expect(await releaseNext(fair, 0)).toBe('alpha:a0');
+    await fair.flush();
+    expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe('100');
+    // Its renewal ran late: the lease expired and a standby took it, then went on from 100.
+    await redis.set(keys.lease('p'), 'standby');
+    await redis.hset(keys.fairShare('p'), 'alpha', '250');
+    fair.output('alpha', 50);
+    await fair.flush();
+    expect(await redis.hget(keys.fairShare('p'), 'alpha')).toBe('250');
   });
 
   describe("a non-streamed job's output, reserved at release", () => {

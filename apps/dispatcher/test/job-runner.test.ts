@@ -219,6 +219,7 @@ function fairShareOf(tenant: string): FairShare {
     redis: command,
     bull,
     queue,
+    lease: { key: keys.lease('p'), owner: 'leader' },
     metrics,
     log: silent,
   });
