@@ -12,7 +12,9 @@
 // was any pool holding a long prompt back: the short request behind it waited out the take
 // (a park timeout at a 10 s limit; e2e/corrupt-job.test.ts found it on a loaded machine).
 // Set in the same script as the move, by the same rule BullMQ uses on an add, no job can be
-// added between the move and the marker without setting it itself.
+// added between the move and the marker without setting it itself. Whether anything waits is
+// one EXISTS of the wait list and the prioritised set (Redis deletes an empty one): the move
+// that leaves nothing waiting, every one at low load, costs one command more.
 import { headerKeys } from './script-header.js';
 
 const KEY_NAMES = ['wait key', 'active key', 'prioritized key', 'meta key', 'marker key'] as const;
@@ -29,7 +31,7 @@ export function withMarkerRearm(bullLua: string, script: string): string {
   return `local sluiceMoved = (function()
 ${bullLua}
 end)()
-if sluiceMoved == 0 and redis.call('LLEN', KEYS[${keys['wait key']}]) + redis.call('ZCARD', KEYS[${keys['prioritized key']}]) > 0 then
+if sluiceMoved == 0 and redis.call('EXISTS', KEYS[${keys['wait key']}], KEYS[${keys['prioritized key']}]) > 0 then
   local meta = redis.call('HMGET', KEYS[${keys['meta key']}], 'paused', 'concurrency')
   if not meta[1] and (not meta[2] or redis.call('LLEN', KEYS[${keys['active key']}]) < tonumber(meta[2])) then
     redis.call('ZADD', KEYS[${keys['marker key']}], 0, '0')
