@@ -33,8 +33,8 @@ export interface ReleaseLoopDeps {
   runner: JobRunner;
   metrics: DispatcherMetrics;
   /**
-   * How many jobs the loop's last take left waiting, as its own script answered (BullMQ's
-   * marker cleared in it when none; libs/redis take-count.ts); undefined when not known.
+   * What the loop's last take left waiting, as its own script answered: 0 when no job waits
+   * (BullMQ's marker cleared in it then; libs/redis take-count.ts); undefined when not known.
    */
   waitingAfterTake: () => number | undefined;
   /** The pool's fair share among tenants; absent without tenants. */

@@ -1,4 +1,4 @@
-// BullMQ's take (`moveToActive`) as the dispatcher runs it also says how many jobs it left
+// BullMQ's take (`moveToActive`) as the dispatcher runs it also says whether it left jobs
 // waiting, in its own reply, and clears BullMQ's wake-up marker when it left none.
 //
 // Why: the marker says "look", not "there is a job". A take that gets a job sets it again
@@ -9,7 +9,9 @@
 // "The take counts what it leaves"). Counted inside the take's own script, Redis runs the
 // count and the take whole: a job added before it is counted, one added after it sets the
 // marker again, so no job loses its wake-up. A held job's marker (member `1`, scored with its
-// time) stays.
+// time) stays. What is counted is how many of the wait list and the prioritised set hold jobs,
+// one EXISTS (Redis deletes an empty list or set): the loop only asks whether it is 0, and
+// every command in the take is one more per request on Redis's side.
 import type { ScriptCommand } from './bull-scripts.js';
 import type { Redis } from './connect.js';
 import { headerKeys } from './script-header.js';
@@ -39,9 +41,9 @@ export function takeKeys(bullLua: string): TakeKeys {
 const COUNT_AT = 5;
 
 /**
- * `bullLua` (BullMQ's moveToActive) run as a function, its reply given the number of jobs
- * still waiting (wait list and prioritised set) as a fifth element, with the base marker
- * removed when that is 0. BullMQ reads the first four elements only
+ * `bullLua` (BullMQ's moveToActive) run as a function, its reply given, as a fifth element,
+ * how many of the wait list and the prioritised set still hold jobs (0: no job waits), with
+ * the base marker removed when that is 0. BullMQ reads the first four elements only
  * (redis-queue-backend.js `raw2NextJobData`).
  */
 export function withWaitingCount(bullLua: string, keys: TakeKeys = takeKeys(bullLua)): string {
@@ -49,7 +51,7 @@ export function withWaitingCount(bullLua: string, keys: TakeKeys = takeKeys(bull
 ${bullLua}
 end)()
 if type(sluiceTaken) == 'table' and #sluiceTaken == ${COUNT_AT - 1} then
-  local waiting = redis.call('LLEN', KEYS[${keys.wait}]) + redis.call('ZCARD', KEYS[${keys.prioritized}])
+  local waiting = redis.call('EXISTS', KEYS[${keys.wait}], KEYS[${keys.prioritized}])
   if waiting == 0 then redis.call('ZREM', KEYS[${keys.marker}], '0') end
   sluiceTaken[${COUNT_AT}] = waiting
 end
@@ -80,9 +82,10 @@ export function countingTake(conn: Redis, take: ScriptCommand, keys: TakeKeys): 
 }
 
 /**
- * How many jobs the last take from the queue of `waitKey` on `conn` left waiting, once: the
- * count is forgotten as it is read. Undefined when no counted take answered since (the take
- * failed, or ran without `countingTake`).
+ * What the last take from the queue of `waitKey` on `conn` left waiting, once (forgotten as it
+ * is read): 0 when no job waits, else how many of the wait list and the prioritised set hold
+ * jobs. Undefined when no counted take answered since (the take failed, or ran without
+ * `countingTake`).
  */
 export function waitingAfterTake(conn: Redis, waitKey: string): number | undefined {
   const byQueue = counts.get(conn);

@@ -68,7 +68,7 @@ function take(conn: Redis): Promise<unknown> {
   return command.call(conn, [...keys, 'prefix']);
 }
 
-describe("the take's count of the jobs it left waiting", () => {
+describe("the take's word on the jobs it left waiting", () => {
   it('finds the keys it reads by the names in the script header, and names one it cannot', () => {
     expect(takeKeys(standInTake)).toEqual({ wait: 2, prioritized: 4, marker: 3 });
     expect(() => takeKeys(standInTake.replace('marker key', 'wake-up key'))).toThrow(
@@ -76,19 +76,20 @@ describe("the take's count of the jobs it left waiting", () => {
     );
   });
 
-  it('answers the count as a fifth element and keeps the marker while jobs wait', async () => {
+  it('answers as a fifth element how many of the wait list and the prioritised set hold jobs, and keeps the marker while jobs wait', async () => {
     const conn = await quietConnection();
     try {
-      await db.redis.rpush('q:wait', 'b', 'a');
-      await db.redis.zadd('q:prioritized', 1, 'p');
+      await db.redis.rpush('q:wait', 'c', 'b', 'a');
       const reply = (await take(conn)) as unknown[];
-      expect(reply.slice(1)).toEqual(['a', 0, 0, 2]);
-      expect(waitingAfterTake(conn, 'q:wait')).toBe(2);
+      // Two jobs wait, both in the wait list: one EXISTS answers 1, not a count of jobs.
+      expect(reply.slice(1)).toEqual(['a', 0, 0, 1]);
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(1);
       // Read once: a second read knows nothing until the next take answers.
       expect(waitingAfterTake(conn, 'q:wait')).toBeUndefined();
       expect(await db.redis.zrange('q:marker', 0, -1)).toEqual(['0']);
+      await db.redis.zadd('q:prioritized', 1, 'p');
       await take(conn);
-      expect(waitingAfterTake(conn, 'q:wait')).toBe(1);
+      expect(waitingAfterTake(conn, 'q:wait')).toBe(2);
     } finally {
       await conn.quit();
     }
