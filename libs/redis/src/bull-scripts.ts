@@ -134,37 +134,37 @@ end)(redis)
 ${bullLua}`;
 }
 
-/**
- * The scripts BullMQ's worker runs on a job's path, each with what Sluice adds to it: the take
- * counts what it left waiting (take-count.ts), the completion and the hold set the wake-up
- * marker again for jobs added while they held a slot (marker-rearm.ts).
- */
-const WORKER_JOB_SCRIPTS: Record<string, (lua: string, script: string) => string> = {
-  moveToActive: (lua) => withWaitingCount(lua),
-  moveToFinished: withMarkerRearm,
-  moveToDelayed: withMarkerRearm,
-};
+/** BullMQ's scripts that move a job out of the active list: the completion and the hold. */
+const MOVE_SCRIPTS = ['moveToFinished', 'moveToDelayed'] as const;
+
+/** Defines `script` on `conn` again, under its own name, as `lua` without the events stream. */
+function redefine(conn: Redis, script: BullScript, lua: string): void {
+  conn.defineCommand(script.name, {
+    numberOfKeys: script.numberOfKeys,
+    lua: withoutEventsStream(lua, { soundJobHash: true }),
+  });
+}
 
 /**
  * Redefines BullMQ's take, completion and hold on `conn` without the events stream, and with
  * the job hash they return made sound (`soundJobHash`), under BullMQ's own names, so the worker
- * runs them unchanged otherwise. The take also answers how many jobs it left waiting, read with
+ * runs them unchanged otherwise. The take also answers whether it left jobs waiting, read with
  * `waitingAfterTake` (take-count.ts); the completion and the hold set the marker again when
  * they leave jobs waiting (marker-rearm.ts). Call once BullMQ has loaded its scripts on `conn`;
  * a second call changes nothing.
  */
 export function quietWorkerScripts(conn: Redis): void {
-  for (const [base, addition] of Object.entries(WORKER_JOB_SCRIPTS)) {
-    const script = bullScript(conn, base);
-    if (script.lua.startsWith(QUIET_MARK)) continue;
-    conn.defineCommand(script.name, {
-      numberOfKeys: script.numberOfKeys,
-      lua: withoutEventsStream(addition(script.lua, base), { soundJobHash: true }),
-    });
-    if (base !== 'moveToActive') continue;
+  const take = bullScript(conn, 'moveToActive');
+  if (!take.lua.startsWith(QUIET_MARK)) {
+    const keys = takeKeys(take.lua);
+    redefine(conn, take, withWaitingCount(take.lua, keys));
     // The take's reply is counted on its way to BullMQ (take-count.ts); defined just above.
-    const take = scriptCommand(conn, script.name)!;
-    const counting = countingTake(conn, take, takeKeys(script.lua));
-    (conn as unknown as Record<string, unknown>)[script.name] = counting;
+    const counting = countingTake(conn, scriptCommand(conn, take.name)!, keys);
+    (conn as unknown as Record<string, unknown>)[take.name] = counting;
+  }
+  for (const base of MOVE_SCRIPTS) {
+    const script = bullScript(conn, base);
+    if (!script.lua.startsWith(QUIET_MARK))
+      redefine(conn, script, withMarkerRearm(script.lua, base));
   }
 }
