@@ -13,6 +13,7 @@ import {
   answer,
   chat,
   eventually,
+  monitorRedis,
   startDispatcher,
   startStack,
   untilReady,
@@ -46,7 +47,7 @@ type Phase = 'before' | 'handover' | 'resumed' | 'after';
 describe('leader hand-over under load', () => {
   it('SIGTERM to the leader: no request is refused no_leader, every one is answered once', async () => {
     const client = new Redis(stack.redis.url);
-    const monitor = await new Redis(stack.redis.url).monitor();
+    const monitor = await monitorRedis(stack.redis.url);
     const leader = stack.dispatcher;
     expect(await client.get(LEASE)).not.toBe('standby');
 

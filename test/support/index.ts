@@ -36,3 +36,4 @@ export { askNode, type RedisNode } from './redis-node.ts';
 export { jsonLines } from './json-lines.ts';
 export { tenantPoolYaml, type TenantPoolYaml } from './tenant-config.ts';
 export { stoppedAfterEach, type Stoppable } from './cleanup.ts';
+export { monitorRedis } from './redis-monitor.ts';

@@ -12,6 +12,7 @@ import {
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
 import {
   eventually,
+  monitorRedis,
   startEngineSim,
   startRedis,
   type TestEngineSim,
@@ -282,8 +283,7 @@ describe('job runner', () => {
   it("publishes the end frame before BullMQ's completion of the job reaches Redis", async () => {
     // MONITOR lists commands in the order Redis runs them: the client's reply must not wait
     // behind the completion script.
-    const base = createRedis(server.url, { name: 'monitor', role: 'subscriber' });
-    const monitor = await base.monitor();
+    const monitor = await monitorRedis(server.url);
     const seen: string[][] = [];
     monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
     try {
@@ -305,7 +305,6 @@ describe('job runner', () => {
       expect(await queue.getJobState(job.id!)).toBe('completed');
     } finally {
       monitor.disconnect();
-      base.disconnect();
     }
   });
 
