@@ -2,7 +2,7 @@
 // a gateway replica killed with streams in flight, Redis killed and restarted, and start-up
 // without Redis or with a wrong password.
 import { spawn } from 'node:child_process';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { keySpace } from '@sluice/protocol';
@@ -131,6 +131,8 @@ describe('dispatcher faults', () => {
   it('Redis SIGKILL with jobs in flight and queued: nothing crashes, engine requests are cancelled, service resumes, no slot leaks', async () => {
     // Persisted: the queued jobs survive the restart and are served.
     const dir = await mkdtemp(join(tmpdir(), 'sluice-faults-'));
+    // Tracked first, so removed last: once both Redis servers writing into it have stopped.
+    cleanup.push({ stop: () => rm(dir, { recursive: true, force: true }) });
     const redis = await startRedis({ appendonly: dir });
     const port = redis.port;
     let current: TestRedis = redis;

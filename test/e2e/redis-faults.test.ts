@@ -6,7 +6,7 @@
 //
 // The tests share one Redis and run in order: the first restart keeps the data, the later
 // ones start empty.
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -50,6 +50,8 @@ afterAll(async () => {
   await dispatcher?.stop();
   await sim?.stop();
   await redis?.stop();
+  // After the last Redis has stopped: each of them wrote its append-only file here.
+  if (aofDir) await rm(aofDir, { recursive: true, force: true });
 });
 
 /** A SIGKILL loses what the append-only file had not synced yet: sync every write. */

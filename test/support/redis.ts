@@ -1,6 +1,6 @@
 // A real redis-server on a loopback port, stopped by the caller. No persistence unless asked:
 // fault tests restart it on the same port, empty or from its append-only file.
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startProcess, type StartedProcess } from './process.ts';
@@ -18,7 +18,10 @@ export interface TestRedisOptions {
   port?: number;
   /** `requirepass`: clients must send it. */
   password?: string;
-  /** Keep an append-only file in this directory (made when `true`), so a restart keeps the data. */
+  /**
+   * Keep an append-only file in this directory, so a restart keeps the data (the caller removes
+   * it); when `true`, in one made for this server alone, which `stop()` removes.
+   */
   appendonly?: string | true;
 }
 
@@ -44,7 +47,11 @@ export async function startRedis(options: TestRedisOptions = {}): Promise<TestRe
         url: `redis://${auth}127.0.0.1:${port}`,
         port,
         process: proc,
-        stop: () => proc.stop(),
+        stop: async () => {
+          await proc.stop();
+          // Only the directory it made: a given one outlives this server for the restart.
+          if (options.appendonly === true && dir) await rm(dir, { recursive: true, force: true });
+        },
       };
     } catch (err) {
       // Another process may take the port between freePort() and bind; try a new one.

@@ -1,7 +1,7 @@
 // The smallest real topologies a unit test needs, from redis-server itself: a one-node
 // Cluster holding every slot, and one sentinel watching a single-node master. The full
 // topologies (replicas, three masters, failover) are the e2e harness's.
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { eventually, freePort, startProcess, type StartedProcess } from '@sluice/test/support';
@@ -14,6 +14,12 @@ export interface TestNode {
   readonly process: StartedProcess;
   stop(): Promise<void>;
 }
+
+/** Stops the server, then removes its directory: it writes there until it has exited. */
+const stopAndRemove = (proc: StartedProcess, dir: string) => async () => {
+  await proc.stop();
+  await rm(dir, { recursive: true, force: true });
+};
 
 export async function startOneNodeCluster(password?: string): Promise<TestNode> {
   const dir = await mkdtemp(join(tmpdir(), 'sluice-cluster-'));
@@ -34,7 +40,7 @@ export async function startOneNodeCluster(password?: string): Promise<TestNode> 
   } finally {
     admin.disconnect();
   }
-  return { port, process: proc, stop: () => proc.stop() };
+  return { port, process: proc, stop: stopAndRemove(proc, dir) };
 }
 
 export async function startSentinel(masterName: string, masterPort: number): Promise<TestNode> {
@@ -51,5 +57,5 @@ export async function startSentinel(masterName: string, masterPort: number): Pro
     args: [config, '--sentinel'],
     ready: new RegExp(`\\+monitor master ${masterName}`),
   });
-  return { port, process: proc, stop: () => proc.stop() };
+  return { port, process: proc, stop: stopAndRemove(proc, dir) };
 }
