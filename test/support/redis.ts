@@ -55,7 +55,10 @@ export async function startRedis(options: TestRedisOptions = {}): Promise<TestRe
       };
     } catch (err) {
       // Another process may take the port between freePort() and bind; try a new one.
-      if (options.port !== undefined || attempt >= 3) throw err;
+      if (options.port !== undefined || attempt >= 3) {
+        if (options.appendonly === true && dir) await rm(dir, { recursive: true, force: true });
+        throw err;
+      }
     }
   }
 }

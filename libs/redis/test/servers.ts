@@ -21,6 +21,13 @@ const stopAndRemove = (proc: StartedProcess, dir: string) => async () => {
   await rm(dir, { recursive: true, force: true });
 };
 
+/** The server's start, its directory removed when it never started. */
+const startIn = (dir: string, options: Parameters<typeof startProcess>[0]) =>
+  startProcess(options).catch(async (err: unknown) => {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  });
+
 export async function startOneNodeCluster(password?: string): Promise<TestNode> {
   const dir = await mkdtemp(join(tmpdir(), 'sluice-cluster-'));
   const port = await freePort();
@@ -29,7 +36,8 @@ export async function startOneNodeCluster(password?: string): Promise<TestNode> 
   // Alone, a node does not know its own address and CLUSTER SLOTS would name none.
   args.push('--cluster-announce-ip', '127.0.0.1');
   if (password) args.push('--requirepass', password);
-  const proc = await startProcess({ command: server, args, ready: /Ready to accept connections/ });
+  const proc = await startIn(dir, { command: server, args, ready: /Ready to accept connections/ });
+  const stop = stopAndRemove(proc, dir);
   const admin = new Redis({ port, host: '127.0.0.1', password, lazyConnect: true });
   try {
     await admin.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
@@ -37,10 +45,14 @@ export async function startOneNodeCluster(password?: string): Promise<TestNode> 
       async () => String(await admin.call('CLUSTER', 'INFO')).includes('cluster_state:ok'),
       'the one-node cluster to serve every slot',
     );
+  } catch (err) {
+    // The caller gets no node to stop: a server that never served would outlive the test.
+    await stop();
+    throw err;
   } finally {
     admin.disconnect();
   }
-  return { port, process: proc, stop: stopAndRemove(proc, dir) };
+  return { port, process: proc, stop };
 }
 
 export async function startSentinel(masterName: string, masterPort: number): Promise<TestNode> {
@@ -52,7 +64,7 @@ export async function startSentinel(masterName: string, masterPort: number): Pro
     config,
     `port ${port}\nbind 127.0.0.1\ndir ${dir}\nsentinel monitor ${masterName} 127.0.0.1 ${masterPort} 1\n`,
   );
-  const proc = await startProcess({
+  const proc = await startIn(dir, {
     command: server,
     args: [config, '--sentinel'],
     ready: new RegExp(`\\+monitor master ${masterName}`),
