@@ -19,7 +19,7 @@ const ARGS = [
 type Behaviour =
   /** Prints two GPUs every -lms ms until killed. */
   | 'steady'
-  /** First run: two samples, then exit 1. Later runs: steady. */
+  /** First run: two samples, exit 1 right after the second. Later runs: steady. */
   | 'dies-once'
   /** What nvidia-smi prints on a machine without a working driver. */
   | 'no-driver'
@@ -74,7 +74,6 @@ if (behaviour === 'hangs' && runs === 1)
 let n = 0;
 function sample() {
   n++;
-  if (behaviour === 'dies-once' && runs === 1 && n > 2) process.exit(1);
   if (behaviour === 'hangs' && runs === 1 && n > 2) return;
   const util =
     behaviour === 'not-available' ? '[N/A]' :
@@ -87,6 +86,8 @@ function sample() {
     '1, GPU-1c2e8d4b-0f7a-5b39-84c6-3e9a1d7f2b60, ' +
     (behaviour === 'none-available' ? util : '91') + ', 133120, 143771\\n',
   );
+  // Stdout to a pipe is written synchronously: both lines are out before the exit.
+  if (behaviour === 'dies-once' && runs === 1 && n === 2) process.exit(1);
 }
 sample();
 setInterval(sample, Number(args[3]));
@@ -160,10 +161,11 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
 
   it('restarts it with backoff when it exits, keeping the last snapshot meanwhile', async () => {
     const fake = standIn('dies-once');
-    // It exits at the poll after its second sample: 100 ms polls leave that exit 400 ms
-    // before the silence watch (5 polls) would call it hung, on a loaded machine too (at 30
-    // ms the watch won once: "printed nothing for 150 ms").
-    const gpu = smi(fake.path, 100);
+    // It exits as it prints its second sample, and the silence watch (5 polls) would call it
+    // hung only 1.5 s after that: the exit wins on a loaded machine too. (At 100 ms polls,
+    // with the exit one poll after the sample, the watch won under two CI runs at once, and at
+    // 30 ms polls under one: "printed nothing for 150 ms".)
+    const gpu = smi(fake.path, 300);
     const events = record(gpu);
     await gpu.start();
     const error = await events.nextError();
@@ -179,8 +181,8 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
     expect(after.at).toBe(clock);
     expect(after.gpus).toHaveLength(2);
     expect(fake.starts()).toEqual([
-      [...ARGS, '100'],
-      [...ARGS, '100'],
+      [...ARGS, '300'],
+      [...ARGS, '300'],
     ]);
   });
 
