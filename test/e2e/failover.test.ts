@@ -3,68 +3,29 @@
 import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  eventually,
-  queuedJobs,
-  type SluiceProcess,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
-  type TestEngineSim,
-  type TestRedis,
-} from '../support/index.ts';
+import { eventually, queuedJobs, startStack, type Stack } from '../support/index.ts';
 
-let redis: TestRedis;
-let sim: TestEngineSim;
-let gateway: SluiceProcess;
-let dispatchers: SluiceProcess[] = [];
-
-const env = () => ({
-  REDIS_URL: redis.url,
-  VLLM_URL: sim.url,
-  VLLM_MODEL: 'm',
-  ADMISSION_MAX_INFLIGHT: '2',
-  VLLM_MAX_QUEUE_DEPTH: '100',
-  SLUICE_LEASE_TTL_MS: '1000',
-  SLUICE_RELAY_LIVENESS_MS: '200',
-  SLUICE_RELAY_SILENCE_TIMEOUT_MS: '1000',
-});
+let stack: Stack;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--decode-seconds-per-sequence',
-    '0.01',
-  ]);
-  dispatchers = [await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'first' })];
-  // The first one leads before the standby starts.
-  await eventually(
-    async () =>
-      (await new Redis(redis.url).get(keySpace().lease('default')).finally(() => {})) === 'first'
-        ? true
-        : undefined,
-    'the first dispatcher to lead',
-  );
-  dispatchers.push(await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'second' }));
-  gateway = await startGateway(env());
+  stack = await startStack({
+    sim: ['--max-num-seqs', '64', '--decode-seconds-per-sequence', '0.01'],
+    env: {
+      ADMISSION_MAX_INFLIGHT: '2',
+      VLLM_MAX_QUEUE_DEPTH: '100',
+      SLUICE_LEASE_TTL_MS: '1000',
+      SLUICE_RELAY_LIVENESS_MS: '200',
+      SLUICE_RELAY_SILENCE_TIMEOUT_MS: '1000',
+    },
+    // The first one leads before the standby starts.
+    dispatcherIds: ['first', 'second'],
+  });
 });
 
-afterAll(async () => {
-  await gateway?.stop();
-  await Promise.all(dispatchers.map((d) => d.stop()));
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 function chat(content: string, extra: Record<string, unknown> = {}) {
-  return fetch(`${gateway.url}/v1/chat/completions`, {
+  return fetch(`${stack.gateway.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], ...extra }),
@@ -88,7 +49,7 @@ async function readToEnd(reader: ReadableStreamDefaultReader<Uint8Array>): Promi
 
 describe('leader failover', () => {
   it('after SIGKILL of the leader, the standby releases the queued jobs; in-flight clients get an explicit error; nothing runs twice; the cap holds', async () => {
-    await fetch(`${sim.url}/sim/peak/reset`, { method: 'POST' });
+    await fetch(`${stack.sim.url}/sim/peak/reset`, { method: 'POST' });
     // Two long streams occupy the cap on the first dispatcher...
     const inflight = await Promise.all(
       [0, 1].map((i) => chat(`long ${i}`, { stream: true, max_tokens: 100000, ignore_eos: true })),
@@ -102,13 +63,13 @@ describe('leader failover', () => {
         body: await r.text(),
       })),
     );
-    const client = new Redis(redis.url);
+    const client = new Redis(stack.redis.url);
     await eventually(
       async () => ((await queuedJobs(client)) === 3 ? true : undefined),
       'three queued jobs',
     );
 
-    await dispatchers[0]!.stop('SIGKILL');
+    await stack.dispatchers[0]!.stop('SIGKILL');
 
     // The in-flight streams end with an explicit in-band error, not a silent truncation.
     const endings = await Promise.all(readers.map((reader) => readToEnd(reader)));
@@ -124,9 +85,11 @@ describe('leader failover', () => {
     await client.quit();
 
     // Every request reached the engine exactly once, and never more than 2 at a time.
-    const received = (await (await fetch(`${sim.url}/sim/received`)).json()) as { ids: string[] };
+    const received = (await (await fetch(`${stack.sim.url}/sim/received`)).json()) as {
+      ids: string[];
+    };
     expect(new Set(received.ids).size).toBe(received.ids.length);
     expect(received.ids).toHaveLength(5);
-    expect((await sim.state()).peakRequests).toBeLessThanOrEqual(2);
+    expect((await stack.sim.state()).peakRequests).toBeLessThanOrEqual(2);
   });
 });

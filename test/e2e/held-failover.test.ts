@@ -4,66 +4,30 @@
 import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  eventually,
-  queuedJobs,
-  type SluiceProcess,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
-  type TestEngineSim,
-  type TestRedis,
-} from '../support/index.ts';
+import { eventually, queuedJobs, startStack, type Stack } from '../support/index.ts';
 
-let redis: TestRedis;
-let sim: TestEngineSim;
-let gateway: SluiceProcess;
-let dispatchers: SluiceProcess[] = [];
-
-const env = () => ({
-  REDIS_URL: redis.url,
-  VLLM_URL: sim.url,
-  VLLM_MODEL: 'm',
-  ADMISSION_MAX_INFLIGHT: '4',
-  SLUICE_LEASE_TTL_MS: '1000',
-  SLUICE_RELAY_LIVENESS_MS: '200',
-  SLUICE_RELAY_SILENCE_TIMEOUT_MS: '1000',
-  ENGINE_SCRAPE_INTERVAL_MS: '100',
-});
+let stack: Stack;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  // A 9,000-token prompt takes 4.5 s to prefill: long enough to be held behind.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--prefill-tokens-per-second',
-    '2000',
-  ]);
-  dispatchers = [await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'first' })];
-  const client = new Redis(redis.url);
-  await eventually(
-    async () => ((await client.get(keySpace().lease('default'))) === 'first' ? true : undefined),
-    'the first dispatcher to lead',
-  );
-  await client.quit();
-  dispatchers.push(await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'second' }));
-  gateway = await startGateway(env());
+  stack = await startStack({
+    // A 9,000-token prompt takes 4.5 s to prefill: long enough to be held behind.
+    sim: ['--prefill-tokens-per-second', '2000'],
+    env: {
+      ADMISSION_MAX_INFLIGHT: '4',
+      SLUICE_LEASE_TTL_MS: '1000',
+      SLUICE_RELAY_LIVENESS_MS: '200',
+      SLUICE_RELAY_SILENCE_TIMEOUT_MS: '1000',
+      ENGINE_SCRAPE_INTERVAL_MS: '100',
+    },
+    dispatcherIds: ['first', 'second'],
+  });
 });
 
-afterAll(async () => {
-  await gateway?.stop();
-  await Promise.all(dispatchers.map((d) => d.stop()));
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 /** A streaming request whose prompt the gateway estimates at 9,000 tokens: a long one. */
 function longPrompt(tag: string) {
-  return fetch(`${gateway.url}/v1/chat/completions`, {
+  return fetch(`${stack.gateway.url}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({
@@ -83,7 +47,7 @@ describe('held long prompts across a leader failover', () => {
   it('the standby adopts the long prompts the dead leader held, and each reaches the engine exactly once', async () => {
     const first = longPrompt('first');
     await eventually(
-      async () => ((await sim.state()).running === 1 ? true : undefined),
+      async () => ((await stack.sim.state()).running === 1 ? true : undefined),
       'the first long prompt on the engine',
     );
     const held = ['second', 'third'].map((tag) =>
@@ -91,15 +55,15 @@ describe('held long prompts across a leader failover', () => {
     );
     await eventually(
       () =>
-        metric(dispatchers[0]!.url, /^sluice_long_prompts_held\{pool="default"\} 2$/m).then(
+        metric(stack.dispatchers[0]!.url, /^sluice_long_prompts_held\{pool="default"\} 2$/m).then(
           (ok) => ok || undefined,
         ),
       'the leader to hold the two long prompts back',
     );
-    const client = new Redis(redis.url);
+    const client = new Redis(stack.redis.url);
     expect(await queuedJobs(client)).toBe(2); // in the delayed set, counted as queued
 
-    await dispatchers[0]!.stop('SIGKILL');
+    await stack.dispatchers[0]!.stop('SIGKILL');
 
     // The stream in flight ends with an explicit error; the held ones are served by the standby.
     const reader = (await first).body!.getReader();
@@ -119,10 +83,12 @@ describe('held long prompts across a leader failover', () => {
     expect(await queuedJobs(client)).toBe(0);
     await client.quit();
 
-    const received = (await (await fetch(`${sim.url}/sim/received`)).json()) as { ids: string[] };
+    const received = (await (await fetch(`${stack.sim.url}/sim/received`)).json()) as {
+      ids: string[];
+    };
     expect(received.ids).toHaveLength(3);
     expect(new Set(received.ids).size).toBe(3);
     // The standby, too, prefilled one long prompt at a time: they reached the engine in turn.
-    expect((await sim.state()).peakRunning).toBeLessThanOrEqual(2);
+    expect((await stack.sim.state()).peakRunning).toBeLessThanOrEqual(2);
   });
 });

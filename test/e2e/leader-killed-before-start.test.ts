@@ -13,70 +13,39 @@ import {
   eventually,
   metricSum,
   queuedJobs,
-  type SluiceProcess,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
-  type TestEngineSim,
-  type TestRedis,
+  startStack,
+  type Stack,
 } from '../support/index.ts';
 
-let redis: TestRedis;
-let sim: TestEngineSim;
-let gateway: SluiceProcess;
-let dispatchers: SluiceProcess[] = [];
-
-const env = () => ({
-  REDIS_URL: redis.url,
-  VLLM_URL: sim.url,
-  VLLM_MODEL: 'm',
-  ADMISSION_MAX_INFLIGHT: '2',
-  SLUICE_LEASE_TTL_MS: '1000',
-  // No liveness tick before the kill, however slow the machine: the start frame goes out only
-  // with the engine's head, which a non-streamed answer sends with its whole body.
-  SLUICE_RELAY_LIVENESS_MS: '60000',
-  SLUICE_RELAY_SILENCE_TIMEOUT_MS: '180000',
-});
+let stack: Stack;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  // 3,000 tokens at 10 ms each: the answer is far from done when the leader dies.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--decode-seconds-per-sequence',
-    '0.01',
-  ]);
-  dispatchers = [await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'first' })];
-  const client = new Redis(redis.url);
-  await eventually(
-    async () => ((await client.get(keySpace().lease('default'))) === 'first' ? true : undefined),
-    'the first dispatcher to lead',
-  );
-  await client.quit();
-  dispatchers.push(await startDispatcher({ ...env(), SLUICE_DISPATCHER_ID: 'second' }));
-  gateway = await startGateway(env());
+  stack = await startStack({
+    // 3,000 tokens at 10 ms each: the answer is far from done when the leader dies.
+    sim: ['--decode-seconds-per-sequence', '0.01'],
+    env: {
+      ADMISSION_MAX_INFLIGHT: '2',
+      SLUICE_LEASE_TTL_MS: '1000',
+      // No liveness tick before the kill, however slow the machine: the start frame goes out
+      // only with the engine's head, which a non-streamed answer sends with its whole body.
+      SLUICE_RELAY_LIVENESS_MS: '60000',
+      SLUICE_RELAY_SILENCE_TIMEOUT_MS: '180000',
+    },
+    dispatcherIds: ['first', 'second'],
+  });
 });
 
-afterAll(async () => {
-  await gateway?.stop();
-  await Promise.all(dispatchers.map((d) => d.stop()));
-  await sim?.stop();
-  await redis?.stop();
-});
+afterAll(() => stack?.stop());
 
 describe('a leader killed before a job has sent its start', () => {
   it('the client hears dispatcher_lost from the new leader, and the engine never runs the request again', async () => {
-    const pending = answer(chat(gateway.url, 'long', { max_tokens: 3000, ignore_eos: true }));
+    const pending = answer(chat(stack.gateway.url, 'long', { max_tokens: 3000, ignore_eos: true }));
     await eventually(
-      async () => ((await sim.state()).running === 1 ? true : undefined),
+      async () => ((await stack.sim.state()).running === 1 ? true : undefined),
       'the engine to run the request',
     );
 
-    await dispatchers[0]!.stop('SIGKILL');
+    await stack.dispatchers[0]!.stop('SIGKILL');
 
     const a = await pending;
     expect(a.status, a.body).toBe(503);
@@ -85,17 +54,19 @@ describe('a leader killed before a job has sent its start', () => {
     expect(JSON.parse(a.body)).toMatchObject({
       error: { code: 'dispatcher_lost', message: expect.stringMatching(/dispatcher .* died/) },
     });
-    expect(await metricSum(gateway.url, 'sluice_rejected_total', { reason: 'queue_lost' })).toBe(0);
     expect(
-      await metricSum(dispatchers[1]!.url, 'sluice_skipped_total', { reason: 'stalled' }),
+      await metricSum(stack.gateway.url, 'sluice_rejected_total', { reason: 'queue_lost' }),
+    ).toBe(0);
+    expect(
+      await metricSum(stack.dispatchers[1]!.url, 'sluice_skipped_total', { reason: 'stalled' }),
     ).toBe(1);
 
     // Failed and deleted: nothing is left in Redis for a dispatcher to take again.
-    const client = new Redis(redis.url);
+    const client = new Redis(stack.redis.url);
     expect(await client.get(keySpace().lease('default'))).toBe('second');
     expect(await queuedJobs(client)).toBe(0);
     expect(await client.llen(keySpace().queueKey('default', 'active'))).toBe(0);
     await client.quit();
-    expect((await sim.state()).receivedTotal).toBe(1);
+    expect((await stack.sim.state()).receivedTotal).toBe(1);
   });
 });

@@ -1,7 +1,16 @@
 // The harness every other test relies on: a real redis-server, and processes that say when they are ready.
 import { connect } from 'node:net';
+import { keySpace } from '@sluice/protocol';
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { startProcess, startRedis, startStack } from './index.ts';
+import {
+  metricSum,
+  monitorRedis,
+  startProcess,
+  startRedis,
+  startStack,
+  untilLeads,
+} from './index.ts';
 
 /** One RESP round trip over a plain socket, so this test needs no Redis client. */
 function ping(port: number): Promise<string> {
@@ -88,5 +97,60 @@ describe('test harness', () => {
     } finally {
       await stack.stop();
     }
+  });
+
+  it('waits through a lease another dispatcher holds until the one named holds it', async () => {
+    const redis = await startRedis();
+    const client = new Redis(redis.url);
+    const monitor = await monitorRedis(redis.url);
+    try {
+      const lease = keySpace('p').lease('alpha');
+      await client.set(lease, 'other');
+      let reads = 0;
+      const twoReads = new Promise<void>((resolve) =>
+        monitor.on('monitor', (_time: string, args: string[]) => {
+          if (args[0] === 'get' && args[1] === lease && (reads += 1) === 2) resolve();
+        }),
+      );
+      let led = false;
+      const waiting = untilLeads(redis.url, 'first', { pool: 'alpha', prefix: 'p' }).then(() => {
+        led = true;
+      });
+      // The second read is sent only once the first one's answer, 'other', was looked at; a
+      // waiter that took 'other' for its leader has resolved by then.
+      await Promise.race([twoReads, waiting]);
+      expect(led).toBe(false);
+      await client.set(lease, 'first');
+      await waiting;
+      expect(led).toBe(true);
+    } finally {
+      monitor.disconnect();
+      await client.quit();
+      await redis.stop();
+    }
+  });
+
+  it('starts a leader and its standby: the next dispatcher only once the first holds the lease', async () => {
+    const stack = await startStack({ dispatcherIds: ['first', 'second'], gateways: 0 });
+    try {
+      const client = new Redis(stack.redis.url);
+      expect(await client.get(keySpace().lease('default'))).toBe('first');
+      await client.quit();
+      const [first, second] = stack.dispatchers;
+      expect(await metricSum(first!.url, 'sluice_leader', { pool: 'default' })).toBe(1);
+      expect(await metricSum(second!.url, 'sluice_leader', { pool: 'default' })).toBe(0);
+      // pino's epoch milliseconds: the first had the lease before the second printed a line.
+      const time = (line: string) => (JSON.parse(line) as { time: number }).time;
+      const acquired = first!.process.output.find((l) => l.includes('lease acquired'));
+      expect(time(acquired!)).toBeLessThan(time(second!.process.output[0]!));
+    } finally {
+      await stack.stop();
+    }
+  });
+
+  it('refuses a count of dispatchers and their ids together', async () => {
+    await expect(startStack({ dispatchers: 2, dispatcherIds: ['first'] })).rejects.toThrow(
+      'startStack: give dispatchers or dispatcherIds, not both',
+    );
   });
 });

@@ -10,7 +10,7 @@ export {
 } from './engine-sim.ts';
 export { startDispatcher, startGateway, untilReady, type SluiceProcess } from './sluice.ts';
 export { queuedJobs } from './queue.ts';
-export { startStack, type Stack, type StackOptions } from './stack.ts';
+export { startStack, untilLeads, type Stack, type StackOptions } from './stack.ts';
 export { alive, answer, chat, metricSum, readAll, streamStarted, type Answer } from './client.ts';
 export { startSentinel, type TestSentinel, type TestSentinelOptions } from './sentinel.ts';
 export {

@@ -1,6 +1,8 @@
 // A whole local deployment for a test: redis-server, the engine simulator serving model `m`,
 // and Sluice's dispatchers and gateways on it. The set-up most end-to-end tests share.
-import { startEngineSim, type TestEngineSim } from './engine-sim.ts';
+import { keySpace } from '@sluice/protocol';
+import { Redis } from 'ioredis';
+import { eventually, startEngineSim, type TestEngineSim } from './engine-sim.ts';
 import { startRedis, type TestRedis } from './redis.ts';
 import { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
 
@@ -9,8 +11,18 @@ export interface StackOptions {
   sim?: string[];
   /** Environment of every Sluice process, over REDIS_URL, VLLM_URL and VLLM_MODEL. */
   env?: Record<string, string>;
-  /** Dispatchers to start, one after the other: the first one leads (default 1). */
+  /**
+   * Dispatchers to start, one after the other (default 1). Nothing waits for one of them to
+   * lead: the first usually does, but a test that needs to know which leads asks them, or
+   * names them with `dispatcherIds`.
+   */
   dispatchers?: number;
+  /**
+   * A leader and its standbys, instead of `dispatchers`: a dispatcher for each
+   * SLUICE_DISPATCHER_ID, in this order, the next one started only once the first holds the
+   * default pool's lease. The first leads; the others stand by.
+   */
+  dispatcherIds?: string[];
   /** Gateway replicas to start (default 1). */
   gateways?: number;
   /**
@@ -34,7 +46,30 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
+/**
+ * Resolves once dispatcher `id` holds `pool`'s lease in the Redis at `redisUrl` (key space
+ * `prefix`, SLUICE_REDIS_PREFIX's default unless given).
+ */
+export async function untilLeads(
+  redisUrl: string,
+  id: string,
+  { pool = 'default', prefix }: { pool?: string; prefix?: string } = {},
+): Promise<void> {
+  const client = new Redis(redisUrl);
+  try {
+    const lease = keySpace(prefix).lease(pool);
+    await eventually(
+      async () => (await client.get(lease)) === id,
+      `dispatcher ${id} to hold the ${pool} pool's lease`,
+    );
+  } finally {
+    await client.quit();
+  }
+}
+
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  if (options.dispatchers !== undefined && options.dispatcherIds !== undefined)
+    throw new Error('startStack: give dispatchers or dispatcherIds, not both');
   const started: { stop(): Promise<void> }[] = [];
   const stop = async () => {
     for (const p of started.splice(0).reverse()) await p.stop();
@@ -50,11 +85,23 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       ...(options.sim ?? []),
     ]);
     started.push(sim);
-    const env = { REDIS_URL: redis.url, VLLM_URL: sim.url, VLLM_MODEL: 'm', ...options.env };
+    const env: Record<string, string> = {
+      REDIS_URL: redis.url,
+      VLLM_URL: sim.url,
+      VLLM_MODEL: 'm',
+      ...options.env,
+    };
+    const ids: (string | undefined)[] =
+      options.dispatcherIds ?? Array.from({ length: options.dispatchers ?? 1 }, () => undefined);
     const dispatchers: SluiceProcess[] = [];
-    for (let i = 0; i < (options.dispatchers ?? 1); i += 1) {
-      dispatchers.push(await startDispatcher(env));
-      started.push(dispatchers.at(-1)!);
+    for (const [i, id] of ids.entries()) {
+      const dispatcher = await startDispatcher(
+        id === undefined ? env : { ...env, SLUICE_DISPATCHER_ID: id },
+      );
+      dispatchers.push(dispatcher);
+      started.push(dispatcher);
+      if (i === 0 && id !== undefined)
+        await untilLeads(redis.url, id, { prefix: env['SLUICE_REDIS_PREFIX'] });
     }
     const gateways = await Promise.all(
       Array.from({ length: options.gateways ?? 1 }, () =>
