@@ -116,7 +116,9 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
     source = undefined;
   });
 
-  function smi(nvidiaSmiPath: string, pollMs = 30) {
+  // 100 ms polls: the silence watch (5 polls) then waits 500 ms, which a stand-in starved of
+  // CPU on a loaded machine does not reach between two samples; at 30 ms it would be 150 ms.
+  function smi(nvidiaSmiPath: string, pollMs = 100) {
     source = createGpuSource({ source: 'nvidia-smi', nvidiaSmiPath, pollMs, now })!;
     return source;
   }
@@ -148,14 +150,14 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
       ],
     });
     while (events.snapshots.length < 5) {
-      clock += 30;
+      clock += 100;
       await events.nextSnapshot();
     }
     // Consecutive samples, each complete: utilization of GPU 0 steps 0.31, 0.32, 0.33…
     const util0 = events.snapshots.map((s) => s.gpus[0]!.utilization);
     expect(util0.slice(0, 4)).toEqual([0.31, 0.32, 0.33, 0.34]);
     expect(events.snapshots.every((s) => s.gpus.length === 2)).toBe(true);
-    expect(fake.starts()).toEqual([[...ARGS, '30']]);
+    expect(fake.starts()).toEqual([[...ARGS, '100']]);
     expect(events.errors).toEqual([]);
   });
 
@@ -225,7 +227,7 @@ describe('GPU_SOURCE=nvidia-smi with a stand-in executable', () => {
         'GPU_SOURCE=nvidia-smi: GPU 0 (GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52) is left out of every reading: utilization.gpu is [N/A], as on a MIG-enabled GPU',
     });
     for (let i = 0; i < 3; i++) {
-      clock += 30;
+      clock += 100;
       const next = await events.nextSnapshot();
       expect(next.at).toBe(clock);
       expect(next.gpus.map((g) => g.index)).toEqual([1]);
