@@ -7,25 +7,19 @@
 // of 200: both backlogged behind one slot, they alternate, and alpha's counter grew by at least
 // the reservations. Every wait is for an event (the engine has a request, a snapshot is newer
 // than the end); nothing is timed.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { decodePoolStats, keySpace, type PoolStats } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   eventually,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   streamStarted,
   tenantPoolYaml,
   untilReady,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
 const KEYS = {
@@ -38,45 +32,26 @@ const keys = keySpace('sluice');
 const MAX_TOKENS = 200;
 const EACH = 3;
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
-let dispatcher: SluiceProcess;
 let gateway: SluiceProcess;
 let client: Redis;
-let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  // Each streamed answer is 200 decode steps: it runs while the other tenant's wait.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--decode-seconds-per-sequence',
-    '0.005',
-  ]);
-  dir = mkdtempSync(join(tmpdir(), 'sluice-abandoned-'));
-  const config = join(dir, 'sluice.yaml');
-  writeFileSync(
-    config,
-    tenantPoolYaml({ tenants: KEYS, engineUrl: sim.url, maxInflight: 1, queueDepth: 100 }),
-  );
-  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
-  client = new Redis(redis.url);
+  stack = await startStack({
+    // Each streamed answer is 200 decode steps: it runs while the other tenant's wait.
+    sim: ['--max-num-seqs', '64', '--decode-seconds-per-sequence', '0.005'],
+    config: ({ url }) =>
+      tenantPoolYaml({ tenants: KEYS, engineUrl: url, maxInflight: 1, queueDepth: 100 }),
+  });
+  ({ sim, gateway } = stack);
+  client = new Redis(stack.redis.url);
   await untilReady(gateway);
 }, 60_000);
 
 afterAll(async () => {
   await client?.quit();
-  await Promise.all([gateway?.stop(), dispatcher?.stop()]);
-  await sim?.stop();
-  await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack?.stop();
 });
 
 function ask(tenant: Tenant, content: string, extra: object, signal?: AbortSignal) {

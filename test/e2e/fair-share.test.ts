@@ -1,91 +1,65 @@
 // Two tenants share one engine of cap 2 behind two gateways. Alpha floods; beta sends a few
 // just after. The fair share releases beta's requests among alpha's backlog instead of after
 // it, alpha is held to its own queue bound, and the engine never runs more than the cap.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   eventually,
   metricSum,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
 const ALPHA_KEY = 'sk-alpha-fair-share-test-0123456';
 const BETA_KEY = 'sk-beta-fair-share-test-01234567';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
 /** Stands by until the failover test stops the leader. */
 let standby: SluiceProcess;
 let gateways: SluiceProcess[];
 let client: Redis;
-let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  // Every answer is 30 decode steps long, so alpha's backlog takes a while to drain.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--decode-seconds-per-sequence',
-    '0.005',
-  ]);
-  dir = mkdtempSync(join(tmpdir(), 'sluice-fair-'));
-  const config = join(dir, 'sluice.yaml');
-  writeFileSync(
-    config,
-    [
-      'tenants:',
-      '  - name: alpha',
-      `    apiKeys: [${ALPHA_KEY}]`,
-      '    maxQueued: 20',
-      '  - name: beta',
-      `    apiKeys: [${BETA_KEY}]`,
-      'pools:',
-      '  - name: main',
-      '    models: [m]',
-      '    queueDepth: 100',
-      '    maxParkSeconds: 300',
-      '    engines:',
-      `      - { url: "${sim.url}", name: e, maxInflight: 2 }`,
-      '',
-    ].join('\n'),
-  );
-  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-  dispatcher = await startDispatcher(env);
-  gateways = await Promise.all([startGateway(env), startGateway(env)]);
-  client = new Redis(redis.url);
-  // A leader before the flood: otherwise the first requests are refused no_leader.
-  await eventually(
-    async () => ((await client.exists('sluice:{pool-main}:lease')) === 1 ? true : undefined),
-    'a dispatcher to lead pool main',
-  );
-  // Started once the first one leads, so the first one is the leader.
-  standby = await startDispatcher(env);
+  stack = await startStack({
+    // Every answer is 30 decode steps long, so alpha's backlog takes a while to drain.
+    sim: ['--max-num-seqs', '64', '--decode-seconds-per-sequence', '0.005'],
+    config: ({ url }) =>
+      [
+        'tenants:',
+        '  - name: alpha',
+        `    apiKeys: [${ALPHA_KEY}]`,
+        '    maxQueued: 20',
+        '  - name: beta',
+        `    apiKeys: [${BETA_KEY}]`,
+        'pools:',
+        '  - name: main',
+        '    models: [m]',
+        '    queueDepth: 100',
+        '    maxParkSeconds: 300',
+        '    engines:',
+        `      - { url: "${url}", name: e, maxInflight: 2 }`,
+        '',
+      ].join('\n'),
+    // A leader before the flood: otherwise the first requests are refused no_leader. The
+    // standby is started once the first one leads pool main, so the first one is the leader.
+    dispatcherIds: ['leader', 'standby'],
+    leasePool: 'main',
+    gateways: 2,
+  });
+  ({ sim, gateways } = stack);
+  dispatcher = stack.dispatcher;
+  standby = stack.dispatchers[1]!;
+  client = new Redis(stack.redis.url);
 });
 
 afterAll(async () => {
   await client?.quit();
-  await Promise.all((gateways ?? []).map((g) => g.stop()));
-  await dispatcher?.stop();
-  await standby?.stop();
-  await sim?.stop();
-  await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack?.stop();
 });
 
 function ask(gateway: SluiceProcess, key: string, content: string) {

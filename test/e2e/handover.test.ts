@@ -3,25 +3,17 @@
 // script (moveToFinished with fetchNext); the engine must still never hold more than 4, every
 // request must be answered once, and none may run twice. With tenants, the fair share picks
 // each job handed over, in turn with the release loop's takes.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   chat,
   metricSum,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
   tenantPoolYaml,
   startStack,
   untilReady,
   type SluiceProcess,
   type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
 const CONNECTIONS = 64;
@@ -112,33 +104,20 @@ describe('slot handover', () => {
 });
 
 describe('slot handover with tenants', () => {
-  let redis: TestRedis;
-  let deployment: Deployment;
-  let dir: string;
+  let deployment: Stack;
   beforeAll(async () => {
-    redis = await startRedis();
-    const sim = await startEngineSim(['--profile', 'instant', '--model', 'm', ...SIM_ARGS]);
-    dir = mkdtempSync(join(tmpdir(), 'sluice-handover-'));
-    const config = join(dir, 'sluice.yaml');
-    writeFileSync(
-      config,
-      tenantPoolYaml({ tenants: KEYS, engineUrl: sim.url, maxInflight: 4, queueDepth: 1000 }),
-    );
-    const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-    // The first dispatcher leads once a gateway sees a leader; the second stands by.
-    const leader = await startDispatcher(env);
-    const gateways = await Promise.all([startGateway(env), startGateway(env)]);
-    await untilReady(gateways[0]!);
-    deployment = { sim, gateways, dispatchers: [leader, await startDispatcher(env)] };
+    deployment = await startStack({
+      sim: SIM_ARGS,
+      config: ({ url }) =>
+        tenantPoolYaml({ tenants: KEYS, engineUrl: url, maxInflight: 4, queueDepth: 1000 }),
+      // The first dispatcher leads pool main before the second starts; the second stands by.
+      dispatcherIds: ['leader', 'standby'],
+      leasePool: 'main',
+      gateways: 2,
+    });
+    await untilReady(deployment.gateway);
   }, 60_000);
-  afterAll(async () => {
-    await Promise.all(
-      [...(deployment?.gateways ?? []), ...(deployment?.dispatchers ?? [])].map((p) => p.stop()),
-    );
-    await deployment?.sim.stop();
-    await redis?.stop();
-    if (dir) rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => deployment?.stop());
 
   it('two tenants, 64 connections at cap 4: peak exactly 4, every request once, the share picks each handover', async () => {
     await hammer(deployment, [KEYS.alpha, KEYS.beta]);

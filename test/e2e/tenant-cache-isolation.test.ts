@@ -5,66 +5,47 @@
 // beta cannot confirm alpha's prompt by timing. With SLUICE_TENANT_CACHE_SALT=off the bodies go
 // on as sent and beta's copy hits alpha's blocks again. Cache hits are read from the engine's
 // own `vllm:prefix_cache_hits` counter (cached prompt tokens), never from timings.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   metricSum,
-  startDispatcher,
-  startEngineSim,
   startGateway,
-  startRedis,
+  startStack,
   tenantPoolYaml,
   untilReady,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
 const ALPHA_KEY = 'sk-alpha-cache-9a41e7-0123456789';
 const BETA_KEY = 'sk-beta-cache-02d6bf-0123456789a';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
-let dispatcher: SluiceProcess;
 /** SLUICE_TENANT_CACHE_SALT unset: on, the default. */
 let salted: SluiceProcess;
 /** SLUICE_TENANT_CACHE_SALT=off. */
 let unsalted: SluiceProcess;
-let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
-  dir = mkdtempSync(join(tmpdir(), 'sluice-cache-salt-'));
-  const config = join(dir, 'sluice.yaml');
-  writeFileSync(
-    config,
-    tenantPoolYaml({
-      tenants: { alpha: ALPHA_KEY, beta: BETA_KEY },
-      engineUrl: sim.url,
-      maxInflight: 4,
-      queueDepth: 8,
-    }),
-  );
-  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-  dispatcher = await startDispatcher(env);
-  [salted, unsalted] = await Promise.all([
-    startGateway(env),
-    startGateway({ ...env, SLUICE_TENANT_CACHE_SALT: 'off' }),
-  ]);
+  stack = await startStack({
+    config: ({ url }) =>
+      tenantPoolYaml({
+        tenants: { alpha: ALPHA_KEY, beta: BETA_KEY },
+        engineUrl: url,
+        maxInflight: 4,
+        queueDepth: 8,
+      }),
+  });
+  ({ sim, gateway: salted } = stack);
+  unsalted = await startGateway({ ...stack.env, SLUICE_TENANT_CACHE_SALT: 'off' });
   await Promise.all([untilReady(salted), untilReady(unsalted)]);
 }, 90_000);
 
 afterAll(async () => {
-  await salted?.stop();
   await unsalted?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack?.stop();
 });
 
 /**

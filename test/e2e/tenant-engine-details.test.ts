@@ -3,75 +3,56 @@
 // message, not the dispatcher's, which names the engine and undici's cause (an address); the
 // access log keeps that one as `detail`. A second gateway with the switch on shows both. One
 // pool has a live engine simulator, the other an engine address where nothing listens.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   freePort,
-  startDispatcher,
-  startEngineSim,
   startGateway,
-  startRedis,
+  startStack,
   untilReady,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
-  type TestRedis,
 } from '../support/index.ts';
 
 const KEY = 'sk-alpha-engine-details-5f0c1e9b7a2d4c6e8f10';
 
-let redis: TestRedis;
+let stack: Stack;
 let sim: TestEngineSim;
-let dispatcher: SluiceProcess;
 /** SLUICE_TENANT_ENGINE_DETAILS unset: off. */
 let hidden: SluiceProcess;
 /** SLUICE_TENANT_ENGINE_DETAILS=on. */
 let shown: SluiceProcess;
 let deadAddress: string;
-let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  sim = await startEngineSim(['--profile', 'instant', '--model', 'm']);
   deadAddress = `127.0.0.1:${await freePort()}`;
-  dir = mkdtempSync(join(tmpdir(), 'sluice-engine-details-'));
-  const config = join(dir, 'sluice.yaml');
-  writeFileSync(
-    config,
-    [
-      'tenants:',
-      '  - name: alpha',
-      `    apiKeys: [${KEY}]`,
-      'pools:',
-      '  - name: live',
-      '    models: [m]',
-      '    engines:',
-      `      - { url: "${sim.url}", maxInflight: 4 }`,
-      '  - name: dead',
-      '    models: [gone]',
-      '    engines:',
-      `      - { url: "http://${deadAddress}", maxInflight: 4 }`,
-      '',
-    ].join('\n'),
-  );
-  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-  dispatcher = await startDispatcher(env);
-  [hidden, shown] = await Promise.all([
-    startGateway(env),
-    startGateway({ ...env, SLUICE_TENANT_ENGINE_DETAILS: 'on' }),
-  ]);
+  stack = await startStack({
+    config: ({ url }) =>
+      [
+        'tenants:',
+        '  - name: alpha',
+        `    apiKeys: [${KEY}]`,
+        'pools:',
+        '  - name: live',
+        '    models: [m]',
+        '    engines:',
+        `      - { url: "${url}", maxInflight: 4 }`,
+        '  - name: dead',
+        '    models: [gone]',
+        '    engines:',
+        `      - { url: "http://${deadAddress}", maxInflight: 4 }`,
+        '',
+      ].join('\n'),
+  });
+  ({ sim, gateway: hidden } = stack);
+  shown = await startGateway({ ...stack.env, SLUICE_TENANT_ENGINE_DETAILS: 'on' });
   await Promise.all([untilReady(hidden), untilReady(shown)]);
 }, 90_000);
 
 afterAll(async () => {
-  await hidden?.stop();
   await shown?.stop();
-  await dispatcher?.stop();
-  await sim?.stop();
-  await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack?.stop();
 });
 
 function complete(gateway: SluiceProcess, model: string, id: string) {

@@ -5,22 +5,17 @@
 // client must still get an answer (served, or refused with a reason), the engine must not
 // exceed the cap nor keep anything running, and afterwards both tenants are served again
 // with the picks reading ahead as before.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   answer,
   eventually,
   metricSum,
-  startDispatcher,
-  startEngineSim,
-  startGateway,
-  startRedis,
+  startStack,
   tenantPoolYaml,
   untilReady,
   type Answer,
   type SluiceProcess,
+  type Stack,
   type TestEngineSim,
   type TestRedis,
 } from '../support/index.ts';
@@ -31,43 +26,26 @@ const KEYS = {
 };
 const PER_TENANT = 12;
 
+let stack: Stack;
 let redis: TestRedis;
 let sim: TestEngineSim;
 let dispatcher: SluiceProcess;
 let gateway: SluiceProcess;
-let dir: string;
 
 beforeAll(async () => {
-  redis = await startRedis();
-  // Each answer takes a few decode steps, so a backlog forms behind the cap.
-  sim = await startEngineSim([
-    '--profile',
-    'instant',
-    '--model',
-    'm',
-    '--max-num-seqs',
-    '64',
-    '--decode-seconds-per-sequence',
-    '0.005',
-  ]);
-  dir = mkdtempSync(join(tmpdir(), 'sluice-tenant-stop-'));
-  const config = join(dir, 'sluice.yaml');
-  writeFileSync(
-    config,
-    tenantPoolYaml({ tenants: KEYS, engineUrl: sim.url, maxInflight: 2, queueDepth: 100 }),
-  );
-  const env = { REDIS_URL: redis.url, SLUICE_CONFIG: config };
-  dispatcher = await startDispatcher(env);
-  gateway = await startGateway(env);
+  stack = await startStack({
+    // Each answer takes a few decode steps, so a backlog forms behind the cap.
+    sim: ['--max-num-seqs', '64', '--decode-seconds-per-sequence', '0.005'],
+    config: ({ url }) =>
+      tenantPoolYaml({ tenants: KEYS, engineUrl: url, maxInflight: 2, queueDepth: 100 }),
+  });
+  ({ redis, sim, dispatcher, gateway } = stack);
   await untilReady(gateway);
 }, 60_000);
 
 afterAll(async () => {
   redis?.process.child.kill('SIGCONT');
-  await Promise.all([gateway?.stop(), dispatcher?.stop()]);
-  await sim?.stop();
-  await redis?.stop();
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  await stack?.stop();
 });
 
 function send(key: string, content: string): Promise<Answer> {

@@ -1,5 +1,7 @@
 // The harness every other test relies on: a real redis-server, and processes that say when they are ready.
+import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { dirname } from 'node:path';
 import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
@@ -9,7 +11,10 @@ import {
   startProcess,
   startRedis,
   startStack,
+  tenantPoolYaml,
   untilLeads,
+  untilReady,
+  type Stack,
 } from './index.ts';
 
 /** One RESP round trip over a plain socket, so this test needs no Redis client. */
@@ -22,6 +27,16 @@ function ping(port: number): Promise<string> {
     });
     socket.once('error', reject);
   });
+}
+
+/** Dispatcher `first` holds `pool`'s lease and says it leads it; the second says it does not. */
+async function expectFirstLeads(stack: Stack, pool: string) {
+  const client = new Redis(stack.redis.url);
+  expect(await client.get(keySpace().lease(pool))).toBe('first');
+  await client.quit();
+  const [first, second] = stack.dispatchers;
+  expect(await metricSum(first!.url, 'sluice_leader', { pool })).toBe(1);
+  expect(await metricSum(second!.url, 'sluice_leader', { pool })).toBe(0);
 }
 
 describe('test harness', () => {
@@ -133,12 +148,8 @@ describe('test harness', () => {
   it('starts a leader and its standby: the next dispatcher only once the first holds the lease', async () => {
     const stack = await startStack({ dispatcherIds: ['first', 'second'], gateways: 0 });
     try {
-      const client = new Redis(stack.redis.url);
-      expect(await client.get(keySpace().lease('default'))).toBe('first');
-      await client.quit();
+      await expectFirstLeads(stack, 'default');
       const [first, second] = stack.dispatchers;
-      expect(await metricSum(first!.url, 'sluice_leader', { pool: 'default' })).toBe(1);
-      expect(await metricSum(second!.url, 'sluice_leader', { pool: 'default' })).toBe(0);
       // pino's epoch milliseconds: the first had the lease before the second printed a line.
       const time = (line: string) => (JSON.parse(line) as { time: number }).time;
       const acquired = first!.process.output.find((l) => l.includes('lease acquired'));
@@ -151,6 +162,63 @@ describe('test harness', () => {
   it('refuses a count of dispatchers and their ids together', async () => {
     await expect(startStack({ dispatchers: 2, dispatcherIds: ['first'] })).rejects.toThrow(
       'startStack: give dispatchers or dispatcherIds, not both',
+    );
+  });
+
+  it("writes the config file every Sluice process reads, waits for its pool's lease, and removes it after them", async () => {
+    const key = 'sk-alpha-harness-config-0123456789';
+    const stack = await startStack({
+      config: (sim) =>
+        tenantPoolYaml({
+          tenants: { alpha: key },
+          engineUrl: sim.url,
+          maxInflight: 1,
+          queueDepth: 4,
+        }),
+      dispatcherIds: ['first', 'second'],
+      leasePool: 'main',
+    });
+    const file = stack.env['SLUICE_CONFIG']!;
+    try {
+      expect(stack.env).not.toHaveProperty('VLLM_URL');
+      expect(stack.env).not.toHaveProperty('VLLM_MODEL');
+      expect(readFileSync(file, 'utf8')).toContain(`url: "${stack.sim.url}"`);
+      // The lease waited for is the file's pool's: no `default` pool exists to lead.
+      await expectFirstLeads(stack, 'main');
+      // The gateway read the file too: its tenant's key is asked for, and served.
+      await untilReady(stack.gateway);
+      const ask = (headers: Record<string, string>) =>
+        fetch(`${stack.gateway.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...headers },
+          body: JSON.stringify({
+            model: 'm',
+            messages: [{ role: 'user', content: 'hi' }],
+            max_tokens: 2,
+          }),
+        });
+      expect((await ask({})).status).toBe(401);
+      expect((await ask({ authorization: `Bearer ${key}` })).status).toBe(200);
+    } finally {
+      await stack.stop();
+    }
+    expect(existsSync(dirname(file))).toBe(false);
+  });
+
+  it('removes the config file when a Sluice process refuses it at start-up', async () => {
+    const failed = await startStack({ config: () => 'pools: [\n' }).then(
+      () => new Error('startStack resolved'),
+      (err: Error) => err,
+    );
+    // The dispatcher names the file it could not read.
+    const file = /(\S*sluice-stack-[^/\s]+\/sluice\.yaml): not valid YAML/.exec(failed.message);
+    expect(file, failed.message).not.toBeNull();
+    expect(existsSync(dirname(file![1]!))).toBe(false);
+  });
+
+  it('refuses a lease pool without dispatcher ids', async () => {
+    await expect(startStack({ leasePool: 'main' })).rejects.toThrow(
+      'startStack: leasePool is for dispatcherIds',
     );
   });
 });

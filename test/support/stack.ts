@@ -1,5 +1,8 @@
 // A whole local deployment for a test: redis-server, the engine simulator serving model `m`,
 // and Sluice's dispatchers and gateways on it. The set-up most end-to-end tests share.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { keySpace } from '@sluice/protocol';
 import { Redis } from 'ioredis';
 import { eventually, startEngineSim, type TestEngineSim } from './engine-sim.ts';
@@ -9,7 +12,18 @@ import { startDispatcher, startGateway, type SluiceProcess } from './sluice.ts';
 export interface StackOptions {
   /** engine-sim flags after `--profile instant --model m`. */
   sim?: string[];
-  /** Environment of every Sluice process, over REDIS_URL, VLLM_URL and VLLM_MODEL. */
+  /**
+   * The text of a SLUICE_CONFIG file (YAML), made once the simulator runs, from it (its `url`
+   * for the engines). The stack writes it to a directory of its own, gives every Sluice
+   * process SLUICE_CONFIG and no VLLM_URL or VLLM_MODEL (the file lists the engines, and the
+   * configuration refuses VLLM_URL beside it), and removes the directory in `stop()`, once
+   * everything it started has stopped.
+   */
+  config?: (sim: TestEngineSim) => string;
+  /**
+   * Environment of every Sluice process, over REDIS_URL and VLLM_URL and VLLM_MODEL (or
+   * SLUICE_CONFIG, with `config`).
+   */
   env?: Record<string, string>;
   /**
    * Dispatchers to start, one after the other (default 1). Nothing waits for one of them to
@@ -20,9 +34,14 @@ export interface StackOptions {
   /**
    * A leader and its standbys, instead of `dispatchers`: a dispatcher for each
    * SLUICE_DISPATCHER_ID, in this order, the next one started only once the first holds the
-   * default pool's lease. The first leads; the others stand by.
+   * default pool's lease (`leasePool`'s). The first leads; the others stand by.
    */
   dispatcherIds?: string[];
+  /**
+   * With `dispatcherIds`: the pool whose lease the first must hold before the next starts
+   * (default `default`, the VLLM_URL pool; a `config` file names its own pools).
+   */
+  leasePool?: string;
   /** Gateway replicas to start (default 1). */
   gateways?: number;
   /**
@@ -35,14 +54,20 @@ export interface StackOptions {
 export interface Stack {
   redis: TestRedis;
   sim: TestEngineSim;
-  /** The environment the Sluice processes got: for more of them, started by the test. */
+  /**
+   * The environment the Sluice processes got: for more of them, started by the test (and
+   * stopped before `stop()`, which removes a `config` file).
+   */
   env: Record<string, string>;
   dispatchers: SluiceProcess[];
   gateways: SluiceProcess[];
   /** The first dispatcher and gateway; reading one that was not started throws. */
   dispatcher: SluiceProcess;
   gateway: SluiceProcess;
-  /** Stops gateways, dispatchers, the simulator and Redis, in that order. */
+  /**
+   * Stops gateways, dispatchers, the simulator and Redis, in that order, then removes the
+   * `config` file's directory.
+   */
   stop(): Promise<void>;
 }
 
@@ -70,6 +95,8 @@ export async function untilLeads(
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
   if (options.dispatchers !== undefined && options.dispatcherIds !== undefined)
     throw new Error('startStack: give dispatchers or dispatcherIds, not both');
+  if (options.leasePool !== undefined && options.dispatcherIds === undefined)
+    throw new Error('startStack: leasePool is for dispatcherIds');
   const started: { stop(): Promise<void> }[] = [];
   const stop = async () => {
     for (const p of started.splice(0).reverse()) await p.stop();
@@ -85,12 +112,16 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       ...(options.sim ?? []),
     ]);
     started.push(sim);
-    const env: Record<string, string> = {
-      REDIS_URL: redis.url,
-      VLLM_URL: sim.url,
-      VLLM_MODEL: 'm',
-      ...options.env,
-    };
+    let engines: Record<string, string> = { VLLM_URL: sim.url, VLLM_MODEL: 'm' };
+    if (options.config) {
+      const dir = mkdtempSync(join(tmpdir(), 'sluice-stack-'));
+      // First in the list: stop() removes it last, after every process that may read it.
+      started.unshift({ stop: async () => rmSync(dir, { recursive: true, force: true }) });
+      const file = join(dir, 'sluice.yaml');
+      writeFileSync(file, options.config(sim));
+      engines = { SLUICE_CONFIG: file };
+    }
+    const env: Record<string, string> = { REDIS_URL: redis.url, ...engines, ...options.env };
     const ids: (string | undefined)[] =
       options.dispatcherIds ?? Array.from({ length: options.dispatchers ?? 1 }, () => undefined);
     const dispatchers: SluiceProcess[] = [];
@@ -101,7 +132,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
       dispatchers.push(dispatcher);
       started.push(dispatcher);
       if (i === 0 && id !== undefined)
-        await untilLeads(redis.url, id, { prefix: env['SLUICE_REDIS_PREFIX'] });
+        await untilLeads(redis.url, id, {
+          pool: options.leasePool,
+          prefix: env['SLUICE_REDIS_PREFIX'],
+        });
     }
     const gateways = await Promise.all(
       Array.from({ length: options.gateways ?? 1 }, () =>
