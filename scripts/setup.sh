@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine that has Node.js >= 20.18 and npm: redis-server (from Debian's
+# Sets up a fresh machine that has Node.js >= 20.18.1 and npm: redis-server (from Debian's
 # packages when this is root with apt), the tools some tests need (prometheus and promtool,
 # chromium, from Debian's packages likewise; kubectl is never installed, only looked for),
 # the workspace's npm dependencies, and the build. Safe to run again: each step is skipped
@@ -17,8 +17,9 @@ say() { printf 'setup: %s\n' "$*"; }
 warn() { printf 'setup: warning: %s\n' "$*" >&2; }
 fail() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 
-node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=18)?0:1)' \
-  || fail "Node.js >= 20.18 is required (found $(node --version)); install it from your distribution or nodejs.org"
+# 20.18.1: undici 7's own floor (its package.json engines).
+node -e 'const [a,b,c]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&(b>18||(b===18&&c>=1)))?0:1)' \
+  || fail "Node.js >= 20.18.1 is required (found $(node --version)); install it from your distribution or nodejs.org"
 
 redis_ok() {
   command -v redis-server >/dev/null 2>&1 || return 1
