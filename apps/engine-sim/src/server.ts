@@ -283,13 +283,16 @@ export function createEngineSim(options: SimOptions): EngineSim {
             }
             const last = index + 1 === child.plan.outputTokens;
             out += `data: ${writer.tokenChunk(child.choice.index, child.nextText(), last ? child.plan.finishReason : null)}\n\n`;
-            res.write(out);
             tokensSent += 1;
-            if (dropAfter !== null && tokensSent >= dropAfter && !(last && unfinished === 1)) {
-              // Flush what was written, then close the connection mid-answer.
-              abortAll();
-              res.socket?.destroySoon();
+            if (dropAfter === null || tokensSent < dropAfter || (last && unfinished === 1)) {
+              res.write(out);
+              return;
             }
+            // Close the connection mid-answer once what was written has left: the write's
+            // callback. destroySoon() right after the write closed it first on Node 24 (the
+            // client got none of the body; on 20 and 22 it got the tokens).
+            abortAll();
+            res.write(out, () => res.socket?.destroy());
           },
           () => {
             unfinished -= 1;
