@@ -27,10 +27,13 @@ export interface TestRedisOptions {
 
 export async function startRedis(options: TestRedisOptions = {}): Promise<TestRedis> {
   const command = process.env['REDIS_SERVER_BIN'] ?? 'redis-server';
-  const dir =
-    options.appendonly === true
-      ? await mkdtemp(join(tmpdir(), 'sluice-redis-'))
-      : options.appendonly;
+  // Only a directory made here is removed here: a given one outlives this server for the restart.
+  const ownDir =
+    options.appendonly === true ? await mkdtemp(join(tmpdir(), 'sluice-redis-')) : undefined;
+  const dir = options.appendonly === true ? ownDir : options.appendonly;
+  const removeOwnDir = async () => {
+    if (ownDir) await rm(ownDir, { recursive: true, force: true });
+  };
   for (let attempt = 1; ; attempt += 1) {
     const port = options.port ?? (await freePort());
     // Redis drops a subscriber whose output buffer passes 32 MB (8 MB for 60 s) by default:
@@ -49,14 +52,13 @@ export async function startRedis(options: TestRedisOptions = {}): Promise<TestRe
         process: proc,
         stop: async () => {
           await proc.stop();
-          // Only the directory it made: a given one outlives this server for the restart.
-          if (options.appendonly === true && dir) await rm(dir, { recursive: true, force: true });
+          await removeOwnDir();
         },
       };
     } catch (err) {
       // Another process may take the port between freePort() and bind; try a new one.
       if (options.port !== undefined || attempt >= 3) {
-        if (options.appendonly === true && dir) await rm(dir, { recursive: true, force: true });
+        await removeOwnDir();
         throw err;
       }
     }
