@@ -1,4 +1,5 @@
 // The one vitest setup every project uses; each project's vitest.config.ts re-exports it.
+import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 import TallyReporter from './test/support/tally-reporter.ts';
 
@@ -10,5 +11,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     reporters: ['default', new TallyReporter()],
+    // A failed test prints what the processes it ran wrote last (test/support/process-log.ts).
+    setupFiles: [fileURLToPath(new URL('./test/support/print-on-failure.ts', import.meta.url))],
   },
 });

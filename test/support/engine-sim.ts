@@ -31,6 +31,7 @@ export async function startEngineSim(
   const proc = await startProcess({
     command: process.execPath,
     args: [sluiceBin, 'engine-sim', '--port', '0', ...args],
+    name: 'engine-sim',
     env: { LOG_LEVEL: 'info', ...env },
     ready: /"url":"([^"]+)".*"msg":"engine-sim ready"/,
   });

@@ -16,6 +16,7 @@ import {
   untilReady,
   type Stack,
 } from './index.ts';
+import { markTestStart, tailsSince } from './process-log.ts';
 
 /** One RESP round trip over a plain socket, so this test needs no Redis client. */
 function ping(port: number): Promise<string> {
@@ -82,6 +83,35 @@ describe('test harness', () => {
     expect(child.output).toEqual(['ready']);
     expect(child.stderr).toEqual([]);
     await expect(child.waitForLine(/done/)).rejects.toThrow(/output is not kept/);
+  });
+
+  it('keeps for a failed test the last lines of the processes that ran during it, and no others', async () => {
+    const script = (word: string) =>
+      `console.log('ready'); for (let i = 0; i < 5; i++) console.log('${word}', i); setInterval(() => {}, 1000)`;
+    const before = await startProcess({
+      command: process.execPath,
+      args: ['-e', script('before')],
+      ready: /^before 4$/,
+      name: 'the one before',
+    });
+    await before.stop();
+    const since = markTestStart();
+    const during = await startProcess({
+      command: process.execPath,
+      args: ['-e', script('during')],
+      ready: /^during 4$/,
+      name: 'the one during',
+    });
+    await during.stop();
+    const tails = tailsSince(since, 3);
+    expect(tails).toBe(
+      [
+        `--- the one during (pid ${during.child.pid}, exited): last 3 of 6 lines ---`,
+        'during 2',
+        'during 3',
+        'during 4',
+      ].join('\n'),
+    );
   });
 
   it('starts a whole stack that serves, and stops all of it', async () => {

@@ -1,7 +1,9 @@
 // Starts a real child process and resolves once it prints a line matching `ready`.
 // Readiness is an event the process reports, never a sleep.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { basename } from 'node:path';
 import { createInterface } from 'node:readline';
+import { logProcess } from './process-log.ts';
 
 export interface StartedProcess {
   readonly child: ChildProcess;
@@ -22,6 +24,8 @@ export interface StartedProcess {
 export interface StartOptions {
   command: string;
   args?: string[];
+  /** How a failed test's output names it (default: the command's file name). */
+  name?: string;
   env?: Record<string, string | undefined>;
   cwd?: string;
   ready: RegExp;
@@ -44,7 +48,17 @@ export async function startProcess(options: StartOptions): Promise<StartedProces
   const output: string[] = [];
   const stderr: string[] = [];
   const watchers = new Set<{ pattern: RegExp; resolve: (m: RegExpMatchArray) => void }>();
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const logged = logProcess({
+    name: options.name ?? basename(options.command),
+    pid: child.pid,
+    output,
+  });
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', () => {
+      logged();
+      resolve();
+    }),
+  );
   // 'close' comes after the last 'line' of both streams.
   const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once('close', (code, signal) => resolve({ code, signal })),

@@ -22,6 +22,7 @@ async function start(
   const proc = await startProcess({
     command: process.execPath,
     args: [sluiceBin, command],
+    name: `sluice ${command}`,
     env: { LOG_LEVEL: 'info', HOST: '127.0.0.1', ...env },
     ready: new RegExp(`"url":"([^"]+)".*"msg":"${command} ready"`),
     // A ceiling for a loaded machine, not a speed: a gateway took over 20 s to print its ready
