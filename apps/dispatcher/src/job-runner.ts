@@ -27,7 +27,11 @@ export interface JobRunnerDeps {
   load: PoolLoad;
   /** The pool's park limit, for the message of a job taken past its deadline. */
   maxParkSeconds: number;
-  log: { warn(o: object, m: string): void; error(o: object, m: string): void };
+  log: {
+    info(o: object, m: string): void;
+    warn(o: object, m: string): void;
+    error(o: object, m: string): void;
+  };
   now: () => number;
   /** A job went to its engine (the drain rate counts these). */
   released: () => void;
@@ -159,6 +163,9 @@ export class JobRunner {
     const { metrics, hub, cancels, keys, now, log, pool } = this.deps;
     const { job, token, engine, payload, work, id: jobId } = entry;
     const skip = (reason: string) => {
+      // A client told nothing (its replica is gone, or it cancelled) finds the job gone: this
+      // line is what says why.
+      log.info({ jobId, pool, reason }, 'job failed without running');
       entry.recorded = true;
       // The release loop charged the tenant when it let the job go (its input, and a
       // non-streamed job's reserved output); it never reached an engine.

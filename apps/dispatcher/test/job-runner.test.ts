@@ -47,7 +47,7 @@ const keys = keySpace('runner-test');
 const registry = new Registry();
 const metrics = dispatcherMetrics(registry);
 const cancels = new CancelBook(60_000, Date.now);
-const silent = { warn: () => {}, error: () => {} };
+const silent = { info: () => {}, warn: () => {}, error: () => {} };
 
 beforeAll(async () => {
   server = await startRedis();
@@ -351,8 +351,17 @@ describe('job runner', () => {
     const before = (await sim.state()).receivedTotal as number;
     const gone = await skipped('client_gone');
     const { job, entry } = await take({ alive: false });
-    await runAndRecord(entry);
+    const infos: { o: object; m: string }[] = [];
+    const log = { ...silent, info: (o: object, m: string) => infos.push({ o, m }) };
+    await runAndRecord(entry, runner(undefined, { log }));
     expect(await queue.getJobState(job.id!)).toBe('failed');
+    // Its client is told nothing (no replica holds it): the dispatcher's log says why it went.
+    expect(infos).toEqual([
+      {
+        o: { jobId: job.id, pool: 'p', reason: 'client_gone' },
+        m: 'job failed without running',
+      },
+    ]);
     // Its lock went with the failure: a lock renewal must not take it for lost.
     expect(entry.recorded).toBe(true);
     expect(await skipped('client_gone')).toBe(gone + 1);
@@ -567,7 +576,7 @@ describe('job runner', () => {
 
   it('fails a job taken past its deadline even when its park_timeout frame cannot be made', async () => {
     const errors: string[] = [];
-    const log = { warn() {}, error: (_o: object, m: string) => errors.push(m) };
+    const log = { info() {}, warn() {}, error: (_o: object, m: string) => errors.push(m) };
     const { job, entry, replica } = await take();
     ledger.complete(entry);
     const expiring = runner(undefined, { hub: brokenHub(), log }).expire(job, `token-${replica}`, {
@@ -582,7 +591,7 @@ describe('job runner', () => {
 
   it("ignores an engine's usage count that is not a token count: logged once, never charged or sent", async () => {
     const warnings: Array<{ o: object; m: string }> = [];
-    const log = { warn: (o: object, m: string) => warnings.push({ o, m }), error() {} };
+    const log = { info() {}, warn: (o: object, m: string) => warnings.push({ o, m }), error() {} };
     const charged: number[] = [];
     const fairShare = {
       started: () => {},
