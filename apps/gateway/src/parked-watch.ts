@@ -43,13 +43,19 @@ export interface ParkedWatchOptions {
   intervalMs: number;
   /** Frames can reach this replica (the reply connection is up). */
   listening(): boolean;
-  /** The job of `held` is not in Redis (two reads in a row, at least an interval apart). */
+  /**
+   * The job of `held` is not in Redis: two reads in a row, the second at least
+   * SECOND_READ_AFTER of an interval after the first.
+   */
   onLost(held: HeldRequest): void;
   /** Read each parked job's pool for a leader (absent: only existence is read). */
   leaders?: LeaderWatch;
   onError(err: unknown): void;
   now?: () => number;
 }
+
+/** The share of an interval after which a second read that finds a job missing is believed. */
+export const SECOND_READ_AFTER = 0.75;
 
 export class ParkedWatch {
   private timer: NodeJS.Timeout | undefined;
@@ -92,9 +98,11 @@ export class ParkedWatch {
         if (answer.status === 'rejected') failure ??= answer.reason;
         else if (answer.value === 0 && held.parked) {
           // Reads triggered back to back (a reconnect, then the timer) are one read: the
-          // frames of a job served meanwhile get a whole interval to arrive.
+          // frames of a job served meanwhile get about an interval to arrive. About: the timer's
+          // rounds are an interval apart, but each `now` is read when its answers are in, so
+          // two rounds in a row measured a little under an interval would wait for a third.
           const since = this.suspects.get(held) ?? now;
-          if (now - since >= this.options.intervalMs) this.options.onLost(held);
+          if (now - since >= this.options.intervalMs * SECOND_READ_AFTER) this.options.onLost(held);
           else suspects.set(held, since);
         }
       });
