@@ -87,7 +87,8 @@ describe('test harness', () => {
 
   it('keeps for a failed test the last lines of the processes that ran during it, and no others', async () => {
     const script = (word: string) =>
-      `console.log('ready'); for (let i = 0; i < 5; i++) console.log('${word}', i); setInterval(() => {}, 1000)`;
+      // One string per line: console.log colours a number argument where FORCE_COLOR is set.
+      `console.log('ready'); for (let i = 0; i < 5; i++) console.log('${word} ' + i); setInterval(() => {}, 1000)`;
     const before = await startProcess({
       command: process.execPath,
       args: ['-e', script('before')],
