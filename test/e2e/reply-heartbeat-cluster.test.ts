@@ -150,7 +150,9 @@ async function openStream(base: string) {
       return `${text}\ntransport error: ${String(err)}`;
     }
   })();
-  return { rest };
+  // The client leaving: its `rest` ends (a transport error or the text so far).
+  const leave = () => reader.cancel().catch(() => undefined);
+  return { rest, leave };
 }
 
 interface Readiness {
@@ -182,67 +184,116 @@ function pollReadiness(url: string) {
   };
 }
 
+/** How often the gateway found its subscriber deaf (0 before the first time). */
+const deafCount = async () =>
+  (await metricSum(gateway.url, 'sluice_reply_channel_deaf_total')) ?? 0;
+
+/** The reasons a client sent into the hang may be refused with. */
+const ALLOWED = ['redis_unavailable', 'queue_lost', 'frame_lost'];
+
+/** No client hangs: each request sent into the hang ended, served or refused with a reason. */
+async function expectEachAnswered(during: Promise<Answer>[]) {
+  for (const a of await Promise.all(during)) {
+    if (a.status === 200) continue;
+    expect(a.status, a.body).toBe(503);
+    expect(ALLOWED, a.body).toContain(a.reason);
+  }
+}
+
+/**
+ * Waits, after the node under the subscriber was stopped, for the gateway to find its
+ * subscriber deaf (/readyz 503, `replies: false`), or for the subscriber to show on a running
+ * node with no deafness counted: ioredis moved it off the stopped node by itself, and this
+ * attempt hung nothing of the gateway's. The logs of three loaded runs (one a two-clone CI run)
+ * point to it: the stream and the requests sent into the hang lost their frames within 2 s,
+ * the stream to a gap (so frames came again, over another connection), and /readyz stayed 200
+ * for a minute with no deafness found (every heartbeat was heard). What made ioredis move it
+ * is not known; the scenario is then run again.
+ */
+async function deafOrMoved(seen: Readiness[], deafBefore: number): Promise<'deaf' | 'moved'> {
+  return eventually(
+    async () => {
+      if (seen.some((r) => r.status === 503 && r.body.replies === false)) return 'deaf' as const;
+      // Counted deaf: the recycle moves the subscriber next, and /readyz says so.
+      if ((await deafCount()) > deafBefore) return undefined;
+      const moved = (await sluiceClients()).some((c) => c.sub > 0 && c.name.includes(':gateway:'));
+      return moved ? ('moved' as const) : undefined;
+    },
+    '/readyz to say the reply channel delivers nothing',
+    60_000,
+  ).catch((err: Error) => {
+    const told = [...new Set(seen.map((r) => `${r.status} ${JSON.stringify(r.body)}`))];
+    throw new Error(`${err.message}; /readyz answered: ${told.join(' | ')}`);
+  });
+}
+
+/** Attempts at hanging the subscriber's node before ioredis's own moves fail the test. */
+const ATTEMPTS = 3;
+
 describe("the node under the gateway's reply subscriber hangs", () => {
   it('says so at /readyz (503, replies: false), moves the subscriber and serves again; no client hangs', async () => {
-    const node = await subscriberOnAReplicaOfItsOwn();
-    // Served where the subscriber sits now.
-    expect((await answer(chat(gateway.url, 'before', { max_tokens: 4 }))).status).toBe(200);
-    const running = await openStream(gateway.url);
+    for (let attempt = 1; ; attempt += 1) {
+      const node = await subscriberOnAReplicaOfItsOwn();
+      // Served where the subscriber sits now.
+      expect((await answer(chat(gateway.url, 'before', { max_tokens: 4 }))).status).toBe(200);
+      const running = await openStream(gateway.url);
+      const deafBefore = await deafCount();
 
-    // /readyz asked back to back from before the hang until the gateway serves again.
-    const readiness = pollReadiness(gateway.url);
-    // Sent into the hang, before the gateway can know: their replies may go nowhere.
-    let during: Promise<Answer>[];
-    try {
-      stopped = node;
-      node.process.child.kill('SIGSTOP');
-      during = Array.from({ length: 3 }, (_, i) =>
-        answer(chat(gateway.url, `during the hang ${i}`, { max_tokens: 4 })),
-      );
-      const seen = readiness.answers;
-      await eventually(
-        () => seen.some((r) => r.status === 503 && r.body.replies === false) || undefined,
-        '/readyz to say the reply channel delivers nothing',
-        60_000,
-      ).catch((err: Error) => {
-        const told = [...new Set(seen.map((r) => `${r.status} ${JSON.stringify(r.body)}`))];
-        throw new Error(`${err.message}; /readyz answered: ${told.join(' | ')}`);
-      });
-      await gateway.process.waitForLine(/reply channel deaf/);
-
-      // The subscriber moved (the node is still stopped): served again.
-      const served = await eventually(
-        async () => {
-          const a = await answer(chat(gateway.url, 'after the move', { max_tokens: 4 }));
-          return a.status === 200 ? a : undefined;
-        },
-        'a request served while the node is still stopped',
-        60_000,
-      );
-      expect(served.body).toContain('"choices"');
-      await eventually(
-        () => (seen.at(-1)?.status === 200 ? true : undefined),
-        '/readyz to answer 200 again',
-      );
-    } finally {
-      await readiness.stop();
+      // /readyz asked back to back from before the hang until the gateway serves again.
+      const readiness = pollReadiness(gateway.url);
+      // Sent into the hang, before the gateway can know: their replies may go nowhere.
+      let during: Promise<Answer>[];
+      let outcome: 'deaf' | 'moved';
+      try {
+        stopped = node;
+        node.process.child.kill('SIGSTOP');
+        during = Array.from({ length: 3 }, (_, i) =>
+          answer(chat(gateway.url, `during the hang ${i}`, { max_tokens: 4 })),
+        );
+        const seen = readiness.answers;
+        outcome = await deafOrMoved(seen, deafBefore);
+        if (outcome === 'deaf') {
+          await gateway.process.waitForLine(/reply channel deaf/);
+          // The subscriber moved (the node is still stopped): served again.
+          const served = await eventually(
+            async () => {
+              const a = await answer(chat(gateway.url, 'after the move', { max_tokens: 4 }));
+              return a.status === 200 ? a : undefined;
+            },
+            'a request served while the node is still stopped',
+            60_000,
+          );
+          expect(served.body).toContain('"choices"');
+          await eventually(
+            () => (seen.at(-1)?.status === 200 ? true : undefined),
+            '/readyz to answer 200 again',
+          );
+        }
+      } finally {
+        await readiness.stop();
+      }
+      await expectEachAnswered(during);
+      if (outcome === 'moved') {
+        // Not the hang under test: the node goes on, the stream's client leaves (it may have
+        // lost nothing), and the scenario starts again from the subscriber's placement.
+        node.process.child.kill('SIGCONT');
+        stopped = undefined;
+        await running.leave();
+        expect(attempt, 'ioredis moved the subscriber off the stopped node by itself').toBeLessThan(
+          ATTEMPTS,
+        );
+        continue;
+      }
+      expect(await deafCount()).toBeGreaterThanOrEqual(deafBefore + 1);
+      // The stream lost frames to the hang: it ends with an in-band error, not a silent cut.
+      const text = await running.rest;
+      const events = text.split('\n').filter((l) => l.startsWith('data: '));
+      expect(events.at(-1), text.slice(-500)).toBe('data: [DONE]');
+      const error = JSON.parse(events.at(-2)!.slice('data: '.length)) as {
+        error: { code: string };
+      };
+      expect(ALLOWED).toContain(error.error.code);
+      return;
     }
-    expect(await metricSum(gateway.url, 'sluice_reply_channel_deaf_total')).toBeGreaterThanOrEqual(
-      1,
-    );
-
-    // No client hangs: each request sent into the hang ended, served or refused with a reason.
-    const allowed = ['redis_unavailable', 'queue_lost', 'frame_lost'];
-    for (const a of await Promise.all(during)) {
-      if (a.status === 200) continue;
-      expect(a.status, a.body).toBe(503);
-      expect(allowed, a.body).toContain(a.reason);
-    }
-    // The stream lost frames to the hang: it ends with an in-band error, not a silent cut.
-    const text = await running.rest;
-    const events = text.split('\n').filter((l) => l.startsWith('data: '));
-    expect(events.at(-1), text.slice(-500)).toBe('data: [DONE]');
-    const error = JSON.parse(events.at(-2)!.slice('data: '.length)) as { error: { code: string } };
-    expect(allowed).toContain(error.error.code);
-  }, 180_000);
+  }, 300_000);
 });
