@@ -86,23 +86,21 @@ describe('test harness', () => {
   });
 
   it('keeps for a failed test the last lines of the processes that ran during it, and no others', async () => {
-    const script = (word: string) =>
-      // One string per line: console.log colours a number argument where FORCE_COLOR is set.
-      `console.log('ready'); for (let i = 0; i < 5; i++) console.log('${word} ' + i); setInterval(() => {}, 1000)`;
-    const before = await startProcess({
-      command: process.execPath,
-      args: ['-e', script('before')],
-      ready: /^before 4$/,
-      name: 'the one before',
-    });
+    // One string per line: console.log colours a number argument where FORCE_COLOR is set.
+    const start = (word: string) =>
+      startProcess({
+        command: process.execPath,
+        args: [
+          '-e',
+          `console.log('ready'); for (let i = 0; i < 5; i++) console.log('${word} ' + i); setInterval(() => {}, 1000)`,
+        ],
+        ready: new RegExp(`^${word} 4$`),
+        name: `the one ${word}`,
+      });
+    const before = await start('before');
     await before.stop();
     const since = markTestStart();
-    const during = await startProcess({
-      command: process.execPath,
-      args: ['-e', script('during')],
-      ready: /^during 4$/,
-      name: 'the one during',
-    });
+    const during = await start('during');
     await during.stop();
     const tails = tailsSince(since, 3);
     expect(tails).toBe(

@@ -2,10 +2,10 @@
 // machine is seldom reproduced at a desk: the gateway's and dispatcher's own lines (a job
 // discarded, a subscriber recycled, a lease lost) are what tells its cause, and they are gone
 // with the processes once the run ends. So every process the harness starts is logged here,
-// and `printOnFailure` (the test project's set-up file) prints the last lines of each one that
-// was running during a failed test.
+// and the set-up file print-on-failure.ts prints the last lines of each one that was running
+// during a failed test.
 //
-// "During" is told by an order of events (starts, exits, tests begun), not by clock readings.
+// "During" is told by an order of events (exits, tests begun), not by clock readings.
 
 export interface LoggedProcess {
   /** How the failure output names it: `sluice gateway`, `redis-server`, … */
@@ -17,7 +17,7 @@ export interface LoggedProcess {
 
 interface Entry {
   process: LoggedProcess;
-  startedAt: number;
+  /** When it exited, in the order of events; undefined while it runs. */
   exitedAt: number | undefined;
 }
 
@@ -30,7 +30,7 @@ const entries: Entry[] = [];
 
 /** Logs a started process; returns what to call when it has exited. */
 export function logProcess(process: LoggedProcess): () => void {
-  const entry: Entry = { process, startedAt: (clock += 1), exitedAt: undefined };
+  const entry: Entry = { process, exitedAt: undefined };
   entries.push(entry);
   return () => {
     entry.exitedAt = clock += 1;
