@@ -214,10 +214,15 @@ async function deafOrMoved(seen: Readiness[], deafBefore: number): Promise<'deaf
   return eventually(
     async () => {
       if (seen.some((r) => r.status === 503 && r.body.replies === false)) return 'deaf' as const;
-      // Counted deaf: the recycle moves the subscriber next, and /readyz says so.
-      if ((await deafCount()) > deafBefore) return undefined;
-      const moved = (await sluiceClients()).some((c) => c.sub > 0 && c.name.includes(':gateway:'));
-      return moved ? ('moved' as const) : undefined;
+      // Where the subscriber is first, then the count: the gateway counts a deafness before
+      // its recycle moves the subscriber, so a subscriber seen moved with the count unchanged
+      // after it was not moved by the gateway (read the other way round, a recycle between the
+      // two reads passed for a move of ioredis's own).
+      const seenMoved = (await sluiceClients()).some(
+        (c) => c.sub > 0 && c.name.includes(':gateway:'),
+      );
+      if (!seenMoved) return undefined;
+      return (await deafCount()) === deafBefore ? ('moved' as const) : undefined;
     },
     '/readyz to say the reply channel delivers nothing',
     60_000,
@@ -279,6 +284,7 @@ describe("the node under the gateway's reply subscriber hangs", () => {
         node.process.child.kill('SIGCONT');
         stopped = undefined;
         await running.leave();
+        await untilReady(gateway);
         expect(attempt, 'ioredis moved the subscriber off the stopped node by itself').toBeLessThan(
           ATTEMPTS,
         );
