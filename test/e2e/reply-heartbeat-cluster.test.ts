@@ -150,9 +150,7 @@ async function openStream(base: string) {
       return `${text}\ntransport error: ${String(err)}`;
     }
   })();
-  // The client leaving: its `rest` ends (a transport error or the text so far).
-  const leave = () => reader.cancel().catch(() => undefined);
-  return { rest, leave };
+  return { rest };
 }
 
 interface Readiness {
@@ -191,115 +189,92 @@ const deafCount = async () =>
 /** The reasons a client sent into the hang may be refused with. */
 const ALLOWED = ['redis_unavailable', 'queue_lost', 'frame_lost'];
 
-/** No client hangs: each request sent into the hang ended, served or refused with a reason. */
-async function expectEachAnswered(during: Promise<Answer>[]) {
-  for (const a of await Promise.all(during)) {
-    if (a.status === 200) continue;
-    expect(a.status, a.body).toBe(503);
-    expect(ALLOWED, a.body).toContain(a.reason);
-  }
-}
-
 /**
  * Waits, after the node under the subscriber was stopped, for the gateway to find its
- * subscriber deaf (/readyz 503, `replies: false`), or for the subscriber to show on a running
- * node with no deafness counted: ioredis moved it off the stopped node by itself, and this
- * attempt hung nothing of the gateway's. The logs of three loaded runs (one a two-clone CI run)
- * point to it: the stream and the requests sent into the hang lost their frames within 2 s,
- * the stream to a gap (so frames came again, over another connection), and /readyz stayed 200
- * for a minute with no deafness found (every heartbeat was heard). What made ioredis move it
- * is not known; the scenario is then run again.
+ * subscriber deaf: counted in sluice_reply_channel_deaf_total. /readyz says 503, `replies:
+ * false`, while the deafness lasts, which may be milliseconds only: the recycled subscriber
+ * usually lands on a running node, where the next heartbeat ends it, and a loaded machine's
+ * poller can miss that; the count cannot.
+ *
+ * Fails at once if the subscriber shows on a running node with no deafness counted: ioredis
+ * moved it off the stopped node by itself, and nothing of the gateway's hung. That happened
+ * while the cluster's nodes had not all heard the replica's replication offset (startCluster
+ * now waits for it): a slot map read from such a node leaves the replica out, and ioredis
+ * drops it with the subscriber on it.
  */
-async function deafOrMoved(seen: Readiness[], deafBefore: number): Promise<'deaf' | 'moved'> {
-  return eventually(
+async function untilDeaf(deafBefore: number): Promise<void> {
+  const outcome = await eventually(
     async () => {
-      if (seen.some((r) => r.status === 503 && r.body.replies === false)) return 'deaf' as const;
       // Where the subscriber is first, then the count: the gateway counts a deafness before
       // its recycle moves the subscriber, so a subscriber seen moved with the count unchanged
-      // after it was not moved by the gateway (read the other way round, a recycle between the
-      // two reads passed for a move of ioredis's own).
+      // after it was not moved by the gateway.
       const seenMoved = (await sluiceClients()).some(
         (c) => c.sub > 0 && c.name.includes(':gateway:'),
       );
-      if (!seenMoved) return undefined;
-      return (await deafCount()) === deafBefore ? ('moved' as const) : undefined;
+      if ((await deafCount()) > deafBefore) return 'deaf' as const;
+      return seenMoved ? ('moved' as const) : undefined;
     },
-    '/readyz to say the reply channel delivers nothing',
+    'the gateway to find its reply subscriber deaf',
     60_000,
-  ).catch((err: Error) => {
-    const told = [...new Set(seen.map((r) => `${r.status} ${JSON.stringify(r.body)}`))];
-    throw new Error(`${err.message}; /readyz answered: ${told.join(' | ')}`);
-  });
+  );
+  expect(outcome, 'ioredis moved the subscriber off the stopped node by itself').toBe('deaf');
 }
 
-/** Attempts at hanging the subscriber's node before ioredis's own moves fail the test. */
-const ATTEMPTS = 3;
-
 describe("the node under the gateway's reply subscriber hangs", () => {
-  it('says so at /readyz (503, replies: false), moves the subscriber and serves again; no client hangs', async () => {
-    for (let attempt = 1; ; attempt += 1) {
-      const node = await subscriberOnAReplicaOfItsOwn();
-      // Served where the subscriber sits now.
-      expect((await answer(chat(gateway.url, 'before', { max_tokens: 4 }))).status).toBe(200);
-      const running = await openStream(gateway.url);
-      const deafBefore = await deafCount();
+  it('finds it deaf (/readyz 503, replies: false, while that lasts), moves the subscriber and serves again; no client hangs', async () => {
+    const node = await subscriberOnAReplicaOfItsOwn();
+    // Served where the subscriber sits now.
+    expect((await answer(chat(gateway.url, 'before', { max_tokens: 4 }))).status).toBe(200);
+    const running = await openStream(gateway.url);
+    const deafBefore = await deafCount();
 
-      // /readyz asked back to back from before the hang until the gateway serves again.
-      const readiness = pollReadiness(gateway.url);
-      // Sent into the hang, before the gateway can know: their replies may go nowhere.
-      let during: Promise<Answer>[];
-      let outcome: 'deaf' | 'moved';
-      try {
-        stopped = node;
-        node.process.child.kill('SIGSTOP');
-        during = Array.from({ length: 3 }, (_, i) =>
-          answer(chat(gateway.url, `during the hang ${i}`, { max_tokens: 4 })),
-        );
-        const seen = readiness.answers;
-        outcome = await deafOrMoved(seen, deafBefore);
-        if (outcome === 'deaf') {
-          await gateway.process.waitForLine(/reply channel deaf/);
-          // The subscriber moved (the node is still stopped): served again.
-          const served = await eventually(
-            async () => {
-              const a = await answer(chat(gateway.url, 'after the move', { max_tokens: 4 }));
-              return a.status === 200 ? a : undefined;
-            },
-            'a request served while the node is still stopped',
-            60_000,
-          );
-          expect(served.body).toContain('"choices"');
-          await eventually(
-            () => (seen.at(-1)?.status === 200 ? true : undefined),
-            '/readyz to answer 200 again',
-          );
-        }
-      } finally {
-        await readiness.stop();
-      }
-      await expectEachAnswered(during);
-      if (outcome === 'moved') {
-        // Not the hang under test: the node goes on, the stream's client leaves (it may have
-        // lost nothing), and the scenario starts again from the subscriber's placement.
-        node.process.child.kill('SIGCONT');
-        stopped = undefined;
-        await running.leave();
-        await untilReady(gateway);
-        expect(attempt, 'ioredis moved the subscriber off the stopped node by itself').toBeLessThan(
-          ATTEMPTS,
-        );
-        continue;
-      }
-      expect(await deafCount()).toBeGreaterThanOrEqual(deafBefore + 1);
-      // The stream lost frames to the hang: it ends with an in-band error, not a silent cut.
-      const text = await running.rest;
-      const events = text.split('\n').filter((l) => l.startsWith('data: '));
-      expect(events.at(-1), text.slice(-500)).toBe('data: [DONE]');
-      const error = JSON.parse(events.at(-2)!.slice('data: '.length)) as {
-        error: { code: string };
-      };
-      expect(ALLOWED).toContain(error.error.code);
-      return;
+    // /readyz asked back to back from before the hang until the gateway serves again.
+    const readiness = pollReadiness(gateway.url);
+    // Sent into the hang, before the gateway can know: their replies may go nowhere.
+    let during: Promise<Answer>[];
+    try {
+      stopped = node;
+      node.process.child.kill('SIGSTOP');
+      during = Array.from({ length: 3 }, (_, i) =>
+        answer(chat(gateway.url, `during the hang ${i}`, { max_tokens: 4 })),
+      );
+      await untilDeaf(deafBefore);
+      await gateway.process.waitForLine(/reply channel deaf/);
+
+      // The subscriber moved (the node is still stopped): served again.
+      const served = await eventually(
+        async () => {
+          const a = await answer(chat(gateway.url, 'after the move', { max_tokens: 4 }));
+          return a.status === 200 ? a : undefined;
+        },
+        'a request served while the node is still stopped',
+        60_000,
+      );
+      expect(served.body).toContain('"choices"');
+      await eventually(
+        () => (readiness.answers.at(-1)?.status === 200 ? true : undefined),
+        '/readyz to answer 200 again',
+      );
+    } finally {
+      await readiness.stop();
     }
-  }, 300_000);
+    // Not ready only for the deafness: nothing else failed meanwhile.
+    for (const r of readiness.answers.filter((r) => r.status !== 200))
+      expect(r, JSON.stringify(r)).toMatchObject({ status: 503, body: { replies: false } });
+
+    // No client hangs: each request sent into the hang ended, served or refused with a reason.
+    for (const a of await Promise.all(during)) {
+      if (a.status === 200) continue;
+      expect(a.status, a.body).toBe(503);
+      expect(ALLOWED, a.body).toContain(a.reason);
+    }
+    // The stream lost frames to the hang: it ends with an in-band error, not a silent cut.
+    const text = await running.rest;
+    const events = text.split('\n').filter((l) => l.startsWith('data: '));
+    expect(events.at(-1), text.slice(-500)).toBe('data: [DONE]');
+    const error = JSON.parse(events.at(-2)!.slice('data: '.length)) as {
+      error: { code: string };
+    };
+    expect(ALLOWED).toContain(error.error.code);
+  }, 180_000);
 });

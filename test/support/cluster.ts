@@ -180,7 +180,7 @@ export async function startCluster(options: TestClusterOptions = {}): Promise<Te
 
 /**
  * One replica per master, each told to replicate its master (CLUSTER REPLICATE), ready once
- * every replica's link to its master is up and the whole cluster knows it.
+ * every replica's link to its master is up and every node lists every replica in its slot map.
  */
 async function addReplicas(
   masters: RedisNode[],
@@ -200,12 +200,13 @@ async function addReplicas(
   try {
     const ids = await Promise.all(masterAdmins.map((a) => a.call('CLUSTER', 'MYID')));
     for (const a of admins) await a.call('CLUSTER', 'MEET', '127.0.0.1', String(masters[0]!.port));
-    const total = masters.length + replicas.length;
+    const nodeCount = masters.length + replicas.length;
     await eventually(
       async () => {
         for (const a of [...admins, ...masterAdmins]) {
           const text = String(await a.call('CLUSTER', 'INFO'));
-          if (!new RegExp(`^cluster_known_nodes:${total}\\r?$`, 'm').test(text)) return undefined;
+          if (!new RegExp(`^cluster_known_nodes:${nodeCount}\\r?$`, 'm').test(text))
+            return undefined;
         }
         return true;
       },
@@ -221,6 +222,28 @@ async function addReplicas(
         return true;
       },
       "every replica's link to its master",
+      60_000,
+    );
+    // CLUSTER SLOTS leaves out a replica whose replication offset the answering node knows as
+    // 0 (isReplicaAvailable, redis src/cluster.c), and a node learns the offset from the
+    // replica's own gossip, a second or more after the link is up. Until every node has it,
+    // clients that read the slot map (ioredis every second) find a replica listed by one node
+    // and gone at the next: ioredis drops it from its pool, and moves a subscriber sitting on
+    // it, with the replica in perfect health. Seen: a replica just stopped under the gateway's
+    // subscriber left ioredis's pool within a second (a node that still knew its offset as 0
+    // answered the slot read), and ioredis moved the subscriber off it before the gateway
+    // could find it deaf.
+    await eventually(
+      async () => {
+        for (const a of [...admins, ...masterAdmins]) {
+          const slots = (await a.call('CLUSTER', 'SLOTS')) as unknown[][];
+          // Each range: its first and last slot, its master, then its replicas.
+          const listed = slots.reduce((n, range) => n + range.length - 2, 0);
+          if (listed !== nodeCount) return undefined;
+        }
+        return true;
+      },
+      'every cluster node to list every replica in CLUSTER SLOTS',
       60_000,
     );
     return replicas;
