@@ -37,3 +37,4 @@ export { jsonLines } from './json-lines.ts';
 export { tenantPoolYaml, type TenantPoolYaml } from './tenant-config.ts';
 export { stoppedAfterEach, type Stoppable } from './cleanup.ts';
 export { monitorRedis } from './redis-monitor.ts';
+export { startRedisRelay, type RedisRelay } from './relay.ts';

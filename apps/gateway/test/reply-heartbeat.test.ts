@@ -6,9 +6,14 @@
 // heartbeat's clock is the test's own: the timer never fires (an interval of an hour), each
 // tick is called and awaited, and waits are for events (a heartbeat heard, a reconnect).
 import { once } from 'node:events';
-import { createServer, connect, type Server, type Socket } from 'node:net';
 import { createRedis, redisReady, type Redis } from '@sluice/redis';
-import { eventually, startRedis, type TestRedis } from '@sluice/test/support';
+import {
+  eventually,
+  startRedis,
+  startRedisRelay,
+  type RedisRelay,
+  type TestRedis,
+} from '@sluice/test/support';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { ReplyLossWatch, type LossCause } from '../src/redis-loss.ts';
 import { deafAfterMs, ReplyHeartbeat } from '../src/reply-heartbeat.ts';
@@ -17,47 +22,6 @@ const CHANNEL = 'test:reply-heartbeat:gw-1';
 const DEAF_MS = 2000;
 const GRACE_MS = 4000;
 const HOUR = 3_600_000;
-
-interface Relay {
-  port: number;
-  /** Open connections pass nothing more, either way, and stay open. */
-  freeze(): void;
-  /** New connections are closed at once while true. */
-  refusing: boolean;
-  /** Closes every open connection. */
-  cut(): void;
-  stop(): Promise<void>;
-}
-
-async function startRelay(target: number): Promise<Relay> {
-  const pairs: { client: Socket; upstream: Socket; frozen: boolean }[] = [];
-  const relay = { refusing: false } as Relay;
-  const server: Server = createServer((client) => {
-    client.on('error', () => {});
-    if (relay.refusing) return void client.destroy();
-    const upstream = connect(target, '127.0.0.1');
-    upstream.on('error', () => {});
-    const pair = { client, upstream, frozen: false };
-    pairs.push(pair);
-    client.on('data', (d: Buffer) => void (pair.frozen || upstream.write(d)));
-    upstream.on('data', (d: Buffer) => void (pair.frozen || client.write(d)));
-    client.on('close', () => upstream.destroy());
-    upstream.on('close', () => client.destroy());
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error('relay has no port');
-  return Object.assign(relay, {
-    port: address.port,
-    freeze: () => pairs.forEach((p) => (p.frozen = true)),
-    cut: () => pairs.splice(0).forEach((p) => p.client.destroy()),
-    async stop() {
-      pairs.splice(0).forEach((p) => p.client.destroy());
-      await new Promise((resolve) => server.close(resolve));
-    },
-  });
-}
 
 let server: TestRedis;
 
@@ -70,7 +34,7 @@ afterAll(async () => {
 });
 
 describe('ReplyHeartbeat', () => {
-  let relay: Relay;
+  let relay: RedisRelay;
   let publisher: Redis;
   let subscriber: Redis;
   let hb: ReplyHeartbeat;
@@ -81,9 +45,9 @@ describe('ReplyHeartbeat', () => {
   let heardCalls: number;
 
   beforeEach(async () => {
-    relay = await startRelay(server.port);
+    relay = await startRedisRelay(server.port);
     publisher = createRedis(server.url, { name: 'hb-test:command', role: 'command' });
-    subscriber = createRedis(`redis://127.0.0.1:${relay.port}`, {
+    subscriber = createRedis(relay.url, {
       name: 'hb-test:replies',
       role: 'subscriber',
     });
