@@ -1,6 +1,6 @@
 // A gateway whose reply subscriber is connected, subscribed, and hears nothing: its connection
-// goes through a relay that passes every byte but the pub/sub messages (a proxy or a NAT that
-// lost the connection's state, on one Redis node). Redis acknowledges every heartbeat the
+// goes through a relay that passes it nothing from Redis once it has subscribed (a proxy or a
+// NAT that lost the connection's state, on one Redis node). Redis acknowledges every heartbeat the
 // gateway publishes over its command connection, which passes. While the deafness lasts,
 // /readyz says so (503, `replies: false`) and new requests are refused, not taken for replies
 // that would go nowhere; each recycled subscriber is just as deaf and is found so again; once

@@ -35,6 +35,8 @@ interface Pair {
   /** `until-subscribed`: server bytes seen since, searched for the last confirmation. */
   hearing: 'all' | 'until-subscribed' | 'nothing';
   seen: string;
+  /** Channels to be subscribed before `until-subscribed` turns `nothing`. */
+  subscriptions: number;
 }
 
 /** How many of a client's first bytes are searched for its name. */
@@ -54,7 +56,7 @@ export async function startRedisRelay(targetPort: number): Promise<RedisRelay> {
     const before = pair.seen.length;
     pair.seen += chunk.toString('latin1');
     for (const match of pair.seen.matchAll(CONFIRMATION)) {
-      if (Number(match[1]) < deaf!.subscriptions) continue;
+      if (Number(match[1]) < pair.subscriptions) continue;
       pair.hearing = 'nothing';
       return chunk.subarray(0, match.index + match[0].length - before);
     }
@@ -66,12 +68,23 @@ export async function startRedisRelay(targetPort: number): Promise<RedisRelay> {
     if (relay.refusing) return void client.destroy();
     const upstream = connect(targetPort, '127.0.0.1');
     upstream.on('error', () => {});
-    const pair: Pair = { client, upstream, frozen: false, head: '', hearing: 'all', seen: '' };
+    const pair: Pair = {
+      client,
+      upstream,
+      frozen: false,
+      head: '',
+      hearing: 'all',
+      seen: '',
+      subscriptions: 0,
+    };
     pairs.push(pair);
     client.on('data', (d: Buffer) => {
       if (pair.head.length < HEAD_BYTES) {
         pair.head += d.toString('latin1');
-        if (pair.hearing === 'all' && named(pair)) pair.hearing = 'until-subscribed';
+        if (pair.hearing === 'all' && named(pair)) {
+          pair.hearing = 'until-subscribed';
+          pair.subscriptions = deaf!.subscriptions;
+        }
       }
       if (!pair.frozen) upstream.write(d);
     });
